@@ -1,0 +1,30 @@
+"""Contract for vector_add: out = x + y over a flat vector (read-only for the loop)."""
+
+import torch
+
+CORRECTNESS_SHAPES = [(1,), (127,), (4097,), (65_537,)]
+BENCHMARK_SHAPES = [(1 << 20,), (1 << 24,), (1 << 28,)]
+INTERPRETER_SHAPES = [(1 << 13,)]
+DTYPES = ["float16", "bfloat16", "float32"]
+# (atol, rtol): one rounding of the sum in the storage type
+TOLERANCES = {"float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2), "float32": (1e-6, 1e-6)}
+OUTPUTS = ("out",)
+
+
+def make_inputs(shape, dtype, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+    y = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+    return {"x": x, "y": y, "out": torch.empty(shape, device=device, dtype=dtype)}
+
+
+def reference(x, y, out):
+    return x + y
+
+
+def flops(shape):
+    return shape[0]
+
+
+def bytes_moved(shape, dtype):
+    return 3 * shape[0] * torch.empty((), dtype=getattr(torch, dtype)).element_size()

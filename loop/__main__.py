@@ -1,0 +1,5 @@
+import sys
+
+from loop.cli import main
+
+sys.exit(main())

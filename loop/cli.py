@@ -1,0 +1,248 @@
+"""Command line: `tileloop <command>`; `main(argv) -> int` so tests call it directly.
+
+Every command takes --json and then prints exactly one JSON object on stdout (schema
+`tileloop.cli/1`); progress goes to stderr. A user error is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from loop import __version__, decide, gitops, history
+from loop import settings as settings_mod
+from loop import state as st
+from loop.errors import UserError
+from loop.records import Row, render_table
+
+CLI_SCHEMA = "tileloop.cli/1"
+
+
+def duration(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a duration like 900, 900s, 45m or 8h, got {text!r}")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tileloop",
+        description="Tune one GPU kernel by disciplined experiment: one change per iteration, committed on a git "
+                    "branch, checked for correctness, timed against the current best, kept or reverted by explicit rules.")
+    p.add_argument("--version", action="version", version=f"tileloop {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(sp, run_opt=True):
+        sp.add_argument("--json", action="store_true", help="print one JSON object (schema tileloop.cli/1) on stdout")
+        if run_opt:
+            sp.add_argument("--run", metavar="RUN_ID", help="run to act on (default: the latest run in this repository)")
+
+    def start_opts(sp):
+        sp.add_argument("target", help="the kernel file to tune (spec.py must sit beside it)")
+        sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cuda (default) or cpu: run under the Triton interpreter; its timings are interpreter timings")
+        sp.add_argument("--branch", help="branch to create (default tileloop/<op>-<yyyymmdd-hhmm>)")
+        sp.add_argument("--target-backend", choices=["ptx", "tileir", "cutile", "interpreter"],
+                        help="backend whose latency decides (default: tileir if available, else ptx; cutile for cuTile)")
+        sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh random inputs of every check")
+        sp.add_argument("--time-budget", type=duration, help="stop after this much iteration time (e.g. 45m, 8h)")
+
+    sp = sub.add_parser("init", help="create the run branch and measure the baseline (iteration 0)")
+    start_opts(sp)
+    common(sp, run_opt=False)
+
+    sp = sub.add_parser("step", help="commit the working-tree edit of the target and evaluate it (agent mode)")
+    sp.add_argument("--optimization", "-m", required=True, help="what this change is, one line")
+    sp.add_argument("--hypothesis", default="", help="what should move, why, and by how much")
+    sp.add_argument("--allow-unchanged", action="store_true", help="evaluate an unchanged target (an A/A check)")
+    common(sp)
+
+    sp = sub.add_parser("run", help="unattended: init, then one playbook candidate per iteration until a stop rule fires")
+    start_opts(sp)
+    sp.add_argument("--max-iters", type=positive_int, default=25, help="experiments after the baseline (default 25)")
+    common(sp, run_opt=False)
+
+    sp = sub.add_parser("resume", help="repair an interrupted iteration and, for unattended runs, continue the loop")
+    sp.add_argument("--max-iters", type=positive_int, help="raise the run's iteration limit")
+    sp.add_argument("--no-continue", action="store_true", help="only repair; do not continue the loop")
+    common(sp)
+
+    for name, text in (("status", "where the run stands: best, iterations, stop state"),
+                       ("history", "the run's experiments rebuilt from git alone (trailers)"),
+                       ("results", "perf_results.md (or the records, with --json)")):
+        sp = sub.add_parser(name, help=text)
+        common(sp)
+        if name == "history":
+            sp.add_argument("--branch", help="rebuild from this run branch instead of the current run's")
+    return p
+
+
+def _emit(args, payload: dict, text: str) -> None:
+    if args.json:
+        print(json.dumps({"schema": CLI_SCHEMA, "command": args.command, **payload}, indent=1, default=str))
+    else:
+        print(text)
+
+
+def _policy(args) -> decide.Policy:
+    return decide.Policy(max_iters=getattr(args, "max_iters", None) or 25, time_budget_s=getattr(args, "time_budget", None))
+
+
+def _record_summary(rec) -> dict:
+    return {
+        "iteration": rec.iteration, "optimization": rec.optimization, "hypothesis": rec.hypothesis,
+        "status": rec.status, "correctness": rec.correctness, "latency_ms": rec.latency_ms, "speedup": rec.speedup,
+        "commit": rec.commit, "decision": rec.decision, "failure": rec.failure,
+        "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
+                         "incumbent_ms": v.incumbent_ms, "reason": v.reason, "timing": v.timing_label,
+                         "shapes": v.shapes} for k, v in rec.backends.items()},
+    }
+
+
+def _status_payload(exp) -> dict:
+    s = exp.state
+    return {"run": s.run_id, "branch": s.branch, "target": s.target, "device": s.device,
+            "target_backend": s.target_backend, "backends": s.availability, "best_commit": s.best_commit,
+            "best_latency_ms": s.best_latency_ms, "iterations": max(s.last_iteration, 0),
+            "outcomes": s.outcomes, "inflight": s.inflight, "stopped": s.stopped,
+            "stop": exp.stop_state().to_json(), "perf_results": str(exp.perf_path.relative_to(exp.root)),
+            "timings": "interpreter" if s.device == "cpu" else "gpu"}
+
+
+def cmd_init(args, settings) -> int:
+    from loop.experiment import init_run
+
+    exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
+                   seed=args.seed, policy=_policy(args), settings=settings)
+    rec = exp.records()[0]
+    label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
+    _emit(args, {**_status_payload(exp), "baseline": _record_summary(rec)},
+          f"run {exp.state.run_id} on branch {exp.state.branch}: baseline {rec.latency_ms:.6f} ms{label}\n"
+          f"next: edit {exp.state.target}, then tileloop step --optimization '...' --hypothesis '...'")
+    return 0
+
+
+def cmd_step(args, settings) -> int:
+    from loop.experiment import open_run
+
+    exp = open_run(args.run, settings)
+    rec, stop = exp.evaluate(args.optimization, args.hypothesis, allow_unchanged=args.allow_unchanged)
+    payload = {**_record_summary(rec), "run": exp.state.run_id, "stop": stop.to_json(),
+               "best_commit": exp.state.best_commit, "best_latency_ms": exp.state.best_latency_ms}
+    band = rec.decision.get("lo"), rec.decision.get("hi")
+    text = (f"#{rec.iteration} {rec.optimization}: {rec.status} ({rec.decision.get('verdict')}) {rec.decision.get('reason', '')}\n"
+            f"noise band: {band[0]}-{band[1]}; stop state: {stop.state} {stop.reason}")
+    _emit(args, payload, text)
+    return 0
+
+
+def cmd_run(args, settings) -> int:
+    from loop.experiment import init_run
+
+    exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
+                   seed=args.seed, policy=_policy(args), settings=settings)
+    stop = exp.run_loop()
+    return _finish_run(args, exp, stop)
+
+
+def _finish_run(args, exp, stop) -> int:
+    recs = exp.records()
+    _emit(args, {**_status_payload(exp), "stop": stop.to_json(), "records": [_record_summary(r) for r in recs]},
+          exp.perf_path.read_text() + f"\nstopped: {stop.state}: {stop.reason}")
+    return 0
+
+
+def cmd_resume(args, settings) -> int:
+    from loop.experiment import open_run, probe_environment
+
+    exp = open_run(args.run, settings)
+    exp.check_environment(probe_environment(exp.root, settings))
+    repaired = exp.repair()
+    if args.max_iters:
+        exp.state.policy["max_iters"] = args.max_iters
+        exp.policy = decide.Policy(**exp.state.policy)
+    exp.state.stopped = None
+    exp.save()
+    if exp.state.mode == "run" and not args.no_continue:
+        stop = exp.run_loop()
+    else:
+        stop = exp.stop_state()
+    if repaired is not None:
+        exp.log(f"repaired iteration {repaired.iteration}: {repaired.status}")
+    return _finish_run(args, exp, stop)
+
+
+def cmd_status(args, settings) -> int:
+    from loop.experiment import open_run
+
+    exp = open_run(args.run, settings)
+    p = _status_payload(exp)
+    text = "\n".join(f"{k}: {v}" for k, v in p.items() if k != "backends")
+    _emit(args, {**p, "runs": st.list_runs(exp.root)}, text)
+    return 0
+
+
+def cmd_history(args, settings) -> int:
+    root = gitops.find_root(Path.cwd())
+    if args.branch:
+        branch = args.branch
+        found = gitops.log_with_trailers(root, [branch])
+        if not found:
+            raise UserError(f"branch {branch!r} has no tileloop experiments")
+        run_id = found[-1][2]["Tileloop-Run"]
+    else:
+        s = st.load(root, st.current(root, args.run))
+        branch, run_id = s.branch, s.run_id
+    rows = history.rows(root, run_id, branch)
+    _emit(args, {"run": run_id, "branch": branch, "rows": [_row_json(r) for r in rows]}, render_table(rows))
+    return 0
+
+
+def _row_json(r: Row) -> dict:
+    return {"iteration": r.iteration, "optimization": r.optimization, "latency_ms": r.latency_ms,
+            "correctness": r.correctness, "status": r.status, "backends": dict(r.backends)}
+
+
+def cmd_results(args, settings) -> int:
+    from loop.experiment import open_run
+
+    exp = open_run(args.run, settings)
+    recs = exp.records()
+    _emit(args, {"run": exp.state.run_id, "perf_results": str(exp.perf_path.relative_to(exp.root)),
+                 "rows": [_row_json(Row.from_record(r)) for r in recs], "records": [_record_summary(r) for r in recs]},
+          exp.perf_path.read_text() if exp.perf_path.exists() else "(no results yet)")
+    return 0
+
+
+COMMANDS = {"init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
+            "status": cmd_status, "history": cmd_history, "results": cmd_results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_mod.load()
+        return COMMANDS[args.command](args, settings)
+    except UserError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"schema": CLI_SCHEMA, "command": args.command, "error": exc.message, "hint": exc.hint}))
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: tileloop resume finishes or records the iteration in flight", file=sys.stderr)
+        return 130

@@ -1,0 +1,137 @@
+"""One measurement of one iteration: a worker per backend, turned into typed results.
+
+The target backend runs first; if it crashes or is incorrect the guard backends are not run
+(the candidate is rejected anyway) and say so. Raw samples stay in the worker's result file
+under `sandbox/<run>/iter-NNN/`; records keep per-shape summaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loop import backends as backend_registry
+from loop import decide
+from loop.errors import UserError
+from loop.records import BackendResult
+from loop.sandbox import run_worker
+from loop.settings import Settings
+from loop.stats import geomean
+from loop.worker import seed_for
+
+SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "peak_mem_mb", "gbps", "tflops", "frac_clone_bw")
+
+
+class HarnessFailure(Exception):
+    """The spec or tileloop itself failed in the worker: not the candidate's fault."""
+
+
+@dataclass
+class Measurement:
+    results: dict[str, BackendResult]
+    raw: dict[str, dict]  # backend -> worker result (with samples)
+
+    def target(self, name: str) -> BackendResult:
+        return self.results[name]
+
+
+def _summary(stats: dict) -> dict:
+    return {k: stats.get(k) for k in SUMMARY_KEYS if k in stats}
+
+
+def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Path) -> BackendResult:
+    backend = backend_registry.get(name)
+    status = raw.get("status", "runtime_error")
+    rel_dir = str(workdir.relative_to(root))
+    if status in ("spec_error", "harness_error"):
+        raise HarnessFailure(f"{name} worker: {status}: {raw.get('message')} (logs: {rel_dir})")
+    correctness = "PASS" if raw.get("correctness", {}).get("passed") and status == "ok" else "FAIL"
+    if status != "ok":
+        msg = raw.get("message", "")
+        return BackendResult(name, True, status, msg[:500], correctness=correctness,
+                             timing_label=backend.timing_label, worker_dir=rel_dir)
+    shapes, cand, inc = [], [], []
+    for s in raw["timing"]["shapes"]:
+        impls = s["impls"]
+        entry = {"shape": s["shape"], "dtype": s["dtype"], "method": s["method"],
+                 "calls_per_sample": s["calls_per_sample"], "notes": s.get("notes", []),
+                 label: _summary(impls[label])}
+        cand.append(impls[label]["median_ms"])
+        if "incumbent" in impls and label != "incumbent":
+            entry["incumbent"] = _summary(impls["incumbent"])
+            inc.append(impls["incumbent"]["median_ms"])
+        if s.get("clone"):
+            entry["clone_gbps"] = s["clone"]["gbps"]
+        shapes.append(entry)
+    proof = raw.get("proof")
+    if proof and not proof.get("ok"):
+        return BackendResult(name, True, "fallback", f"backend proof failed: {proof.get('detail')}", correctness=correctness,
+                             timing_label=backend.timing_label, proof=proof, shapes=shapes, worker_dir=rel_dir)
+    return BackendResult(name, True, "ok", "", geomean(cand), geomean(inc) if inc else None, correctness,
+                         backend.timing_label, proof, shapes, rel_dir)
+
+
+def comparisons(raw: dict, policy: decide.Policy) -> list[decide.ShapeComparison]:
+    return [decide.compare_shape(s["shape"], s["impls"]["incumbent"]["samples_ms"], s["impls"]["candidate"]["samples_ms"], policy)
+            for s in raw["timing"]["shapes"]]
+
+
+def measure(
+    *,
+    root: Path,
+    workdir: Path,
+    spec_path: Path,
+    target_dir: Path,
+    impls: dict[str, Path],
+    check: list[str],
+    backend_names: list[str],
+    availability: dict[str, dict],
+    target_backend: str,
+    device: str,
+    seed: int,
+    settings: Settings,
+    cache_root: Path,
+    on_stage=None,
+    timing: dict | None = None,
+) -> Measurement:
+    label = check[0]
+    order = [target_backend] + [b for b in backend_names if b != target_backend]
+    results: dict[str, BackendResult] = {}
+    raw_all: dict[str, dict] = {}
+    stop_reason = None
+    for name in order:
+        av = availability.get(name, {"available": False, "reason": "not probed"})
+        backend = backend_registry.get(name)
+        if not av["available"]:
+            results[name] = BackendResult(name, False, "unavailable", av["reason"], timing_label=backend.timing_label)
+            continue
+        if stop_reason:
+            results[name] = BackendResult(name, True, "not_run", stop_reason, timing_label=backend.timing_label)
+            continue
+        if on_stage:
+            on_stage(f"measure {name}")
+        job = {
+            "spec": str(spec_path), "target_dir": str(target_dir), "device": device, "backend": name,
+            "impls": [{"label": k, "path": str(v)} for k, v in impls.items()], "check": check,
+            "seed": seed_for(seed, name), "bench": True, "timing": timing or {},
+        }
+        raw = run_worker(workdir, job, backend, settings, cache_root / name, name=f"worker-{name}")
+        raw_all[name] = raw
+        results[name] = to_backend_result(name, raw, label, workdir, root)
+        if name == target_backend and results[name].status != "ok":
+            stop_reason = f"target backend {name} failed ({results[name].status})"
+    ordered = {name: results[name] for name in backend_names if name in results}
+    return Measurement(ordered, raw_all)
+
+
+def guard_failures(m: Measurement, target_backend: str) -> list[str]:
+    return [f"{name}: {r.status} {r.reason}".strip() for name, r in m.results.items()
+            if name != target_backend and r.available and r.status not in ("ok", "not_run")]
+
+
+def require_available(target_backend: str, availability: dict[str, dict]) -> None:
+    av = availability.get(target_backend)
+    if av is None:
+        raise UserError(f"backend {target_backend!r} does not apply to this target; valid: {', '.join(availability)}")
+    if not av["available"]:
+        raise UserError(f"target backend {target_backend} is unavailable: {av['reason']}")

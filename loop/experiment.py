@@ -1,0 +1,445 @@
+"""The experiment: init (branch + baseline), one iteration, the unattended loop, and resume.
+
+One iteration: propose -> apply -> integrity -> commit -> measure (verify inside) -> decide ->
+record -> keep|revert. `state.inflight` names the stage at every step, so `resume` can finish
+or record an interrupted iteration exactly once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from loop import backends as backend_registry
+from loop import decide, gitops, history
+from loop import state as st
+from loop.contract import load_kernel, source_hash
+from loop.errors import EnvironmentMismatch, UserError
+from loop.evaluate import HarnessFailure, comparisons, guard_failures, measure, require_available
+from loop.records import BackendResult, Record, Row, append_record, atomic_write_text, read_records, render_perf_results
+from loop.sandbox import run_worker
+from loop.settings import Settings
+
+Log = Callable[[str], None]
+CPU_TIMING = {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}
+
+
+def _now() -> str:
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def stderr_log(message: str) -> None:
+    print(f"[tileloop {dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def probe_environment(root: Path, settings: Settings) -> dict:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tileloop-probe-") as tmp:
+        workdir = Path(tmp)
+        result = run_worker(workdir, None, None, settings, workdir / "triton-cache", timeout_s=300, name="probe")
+    if result.get("status") != "ok":
+        raise UserError(f"environment probe failed: {result.get('message')}", hint=(result.get("log_tail") or "")[-300:])
+    return result["probe"]
+
+
+class Experiment:
+    """A run bound to its repository; every public method leaves state.json consistent."""
+
+    def __init__(self, root: Path, state: st.RunState, settings: Settings, log: Log = stderr_log):
+        self.root, self.state, self.settings, self.log = root, state, settings, log
+        self.policy = decide.Policy(**state.policy)
+
+    # ------------------------------------------------------------------ paths and helpers
+    @property
+    def dir(self) -> Path:
+        return st.run_dir(self.root, self.state.run_id)
+
+    @property
+    def results_path(self) -> Path:
+        return self.dir / "results.jsonl"
+
+    @property
+    def perf_path(self) -> Path:
+        return self.dir / "perf_results.md"
+
+    def records(self) -> list[Record]:
+        return read_records(self.results_path)
+
+    def save(self) -> None:
+        st.save(self.root, self.state)
+
+    def stage(self, name: str, **extra) -> None:
+        assert self.state.inflight is not None
+        self.state.inflight.update(stage=name, **extra)
+        self.save()
+
+    def render(self) -> None:
+        recs = self.records()
+        header = {
+            "target": f"`{self.state.target}` ({self.state.language})",
+            "branch": f"`{self.state.branch}`",
+            "target backend": self.state.target_backend,
+            "device": self.state.env.get("gpu") or "CPU (Triton interpreter)",
+            "latency_ms": "geometric mean over benchmark shapes of the target backend's median",
+        }
+        text = render_perf_results(self.state.run_id, header, [Row.from_record(r) for r in recs],
+                                   any(r.interpreter for r in recs))
+        atomic_write_text(self.perf_path, text)
+
+    def progress(self) -> decide.Progress:
+        return decide.Progress(
+            iterations=max(self.state.last_iteration, 0), elapsed_s=self.state.active_s,
+            outcomes=tuple(self.state.outcomes), last_verdict=self.state.verdicts[-1] if self.state.verdicts else None,
+            crash_causes=tuple(self.state.crash_causes))
+
+    def stop_state(self, exhausted: bool = False) -> decide.StopState:
+        p = self.progress()
+        if exhausted:
+            p = decide.Progress(p.iterations, p.elapsed_s, p.outcomes, p.last_verdict, p.crash_causes, True)
+        return decide.stop_state(self.policy, p)
+
+    def _check_position(self) -> None:
+        branch = gitops.current_branch(self.root)
+        if branch != self.state.branch:
+            raise UserError(f"the repository is on {branch!r}, not the run's branch {self.state.branch!r}",
+                            hint=f"git checkout {self.state.branch}")
+        head = gitops.head_sha(self.root)
+        if head != self.state.best_commit:
+            raise UserError(f"branch tip {head[:10]} is not the run's best commit {self.state.best_commit[:10]}",
+                            hint="tileloop resume repairs an interrupted iteration")
+
+    # ------------------------------------------------------------------ measurement
+    def _measure(self, n: int, incumbent_src: str | None, candidate_src: str) -> tuple[dict[str, BackendResult], dict]:
+        workdir = self.dir / f"iter-{n:03d}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        stem = Path(self.state.target).stem
+        impls = {}
+        if incumbent_src is not None:
+            impls["incumbent"] = workdir / f"{stem}__incumbent.py"
+            impls["incumbent"].write_text(incumbent_src)
+        label = "candidate" if incumbent_src is not None else "baseline"
+        impls[label] = workdir / f"{stem}__{label}.py"
+        impls[label].write_text(candidate_src)
+        m = measure(root=self.root, workdir=workdir, spec_path=self.root / self.state.spec,
+                    target_dir=(self.root / self.state.target).parent, impls=impls, check=[label],
+                    backend_names=self.state.backends, availability=self.state.availability,
+                    target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
+                    settings=self.settings, cache_root=self.dir / "triton-cache",
+                    on_stage=lambda s: self.log(f"#{n} {s}"), timing=CPU_TIMING if self.state.device == "cpu" else None)
+        return m.results, m.raw
+
+    # ------------------------------------------------------------------ baseline
+    def baseline(self) -> Record:
+        started, t0 = _now(), time.monotonic()
+        src = (self.root / self.state.target).read_text()
+        self.state.inflight = {"iteration": 0, "stage": "measure", "optimization": "baseline"}
+        self.save()
+        results, _raw = self._measure(0, None, src)
+        target = results[self.state.target_backend]
+        if target.status != "ok":
+            raise UserError(f"the baseline does not pass: {self.state.target_backend}: {target.status}: {target.reason}",
+                            hint=f"logs under {target.worker_dir}")
+        bad = guard_failures_from(results, self.state.target_backend)
+        if bad:
+            raise UserError(f"the baseline fails on a guard backend: {'; '.join(bad)}")
+        record = Record(run=self.state.run_id, iteration=0, optimization="baseline", status="keep", correctness="PASS",
+                        latency_ms=target.latency_ms, target_backend=self.state.target_backend, backends=results,
+                        commit=None, parent=self.state.base_commit, hypothesis="", env=self.state.env,
+                        source_hash=source_hash(src), started=started, finished=_now(), wall_s=round(time.monotonic() - t0, 3),
+                        decision={"verdict": "baseline", "reason": "iteration 0: the code as given"})
+        sha = gitops.commit(self.root, history.commit_message(record), [], allow_empty=True)
+        record = _with(record, commit=sha)
+        append_record(self.results_path, record)
+        self.state.best_commit, self.state.best_latency_ms = sha, target.latency_ms
+        self.state.last_iteration, self.state.inflight = 0, None
+        self.state.active_s += record.wall_s
+        self.save()
+        self.render()
+        return record
+
+    # ------------------------------------------------------------------ one iteration
+    def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
+                 allow_unchanged: bool = False) -> tuple[Record, decide.StopState]:
+        """Commit and evaluate the working-tree version of the target (integrity checked first)."""
+        self._check_position()
+        gitops.check_integrity(self.root, self.state.target, set(self.state.untracked_at_start))
+        cand_src = (self.root / self.state.target).read_text()
+        inc_src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        if cand_src == inc_src and not allow_unchanged:
+            raise UserError(f"the target {self.state.target} is unchanged since the best commit",
+                            hint="edit the target first (or pass --allow-unchanged for an A/A check)")
+        n = self.state.last_iteration + 1
+        started, t0 = _now(), time.monotonic()
+        optimization = " ".join(optimization.split()) or "unnamed change"
+        self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
+                               "recipe": recipe, "key": key, "started": started}
+        self.save()
+        pending = self._record(n, optimization, hypothesis, recipe, "crash", "FAIL", None, {}, None, {}, {}, None,
+                               cand_src, started, 0.0)
+        sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
+                            allow_empty=cand_src == inc_src)
+        self.stage("measure", commit=sha)
+        try:
+            results, raw = self._measure(n, inc_src, cand_src)
+        except HarnessFailure:
+            raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
+        self.stage("decide")
+        decision, remeasured = self._decide(results, raw), False
+        if decision.action == "remeasure":
+            self.log(f"#{n} {decision.reason}")
+            results, raw = self._measure(n, inc_src, cand_src)
+            decision, remeasured = self._decide(results, raw, remeasured=True), True
+        status = {"keep": "keep", "revert": "revert", "crash": "crash"}[decision.action]
+        target = results[self.state.target_backend]
+        failure = None if target.status == "ok" else {"status": target.status, "message": target.reason}
+        correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
+        self._update_counters(decision, status, target)
+        stop = self.stop_state()
+        record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
+                              decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
+                              cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
+        atomic_write_text(self.dir / f"iter-{n:03d}" / "record.json", json.dumps(record.to_json(), indent=1, default=str))
+        self.stage("record")
+        self._finish(record)
+        return record, stop
+
+    def _decide(self, results: dict[str, BackendResult], raw: dict, remeasured: bool = False) -> decide.Decision:
+        tb = self.state.target_backend
+        target = results[tb]
+        if target.status == "fallback":
+            return decide.Decision("revert", "guard_failed", target.reason)
+        if target.status != "ok":
+            return decide.decide(self.policy, failure=target.status, failure_message=target.reason)
+        return decide.decide(self.policy, shapes=comparisons(raw[tb], self.policy),
+                             guard_failures=guard_failures_from(results, tb), remeasured=remeasured)
+
+    def _update_counters(self, decision: decide.Decision, status: str, target: BackendResult) -> None:
+        self.state.outcomes.append(status)
+        self.state.verdicts.append(decision.verdict)
+        if status == "crash":
+            self.state.crash_causes.append(decision.verdict)
+        inflight = self.state.inflight or {}
+        if inflight.get("key"):
+            self.state.tried.append(inflight["key"])
+        if status == "keep" and decision.priority == "low" and inflight.get("key"):
+            self.state.demoted.append(inflight["key"].split("=")[0])
+
+    def _record(self, n, optimization, hypothesis, recipe, status, correctness, latency, results, speedup, decision,
+                stop, failure, src, started, wall, parent=None, key=None) -> Record:
+        return Record(run=self.state.run_id, iteration=n, optimization=optimization, status=status, correctness=correctness,
+                      latency_ms=latency, target_backend=self.state.target_backend, backends=results, commit=None,
+                      parent=parent or self.state.best_commit, hypothesis=hypothesis, recipe=key or recipe, speedup=speedup,
+                      decision=decision, stop=stop, failure=failure, env=self.state.env, source_hash=source_hash(src),
+                      started=started, finished=_now(), wall_s=round(wall, 3))
+
+    def _finish(self, record: Record) -> Record:
+        """Amend the message, move the rejected commit to its ref, append the record. Idempotent."""
+        n = record.iteration
+        ref = f"{history.ref_prefix(self.state.run_id)}{n}"
+        tip = gitops.head_sha(self.root)
+        t = gitops.parse_trailers(gitops.commit_message(self.root, tip))
+        if tip != self.state.best_commit and t.get("Tileloop-Run") == self.state.run_id and t.get("Tileloop-Iteration") == str(n):
+            sha = tip  # the experiment commit is still the tip
+            if t.get("Tileloop-Status") == "pending":
+                sha = gitops.amend_message(self.root, history.commit_message(record))
+                self.stage("record", commit=sha)
+            if record.status != "keep":
+                gitops.update_ref(self.root, ref, sha)
+                gitops.reset_hard(self.root, self.state.best_commit)
+        else:  # already moved aside by an earlier, interrupted _finish
+            sha = gitops.ref_sha(self.root, ref) if record.status != "keep" else tip
+            if sha is None:
+                raise UserError(f"iteration {n}: its commit is neither the branch tip nor under {ref}")
+        record = _with(record, commit=sha)
+        if not any(r.iteration == n for r in self.records()):
+            append_record(self.results_path, record)
+        if record.status == "keep":
+            self.state.best_commit, self.state.best_latency_ms = sha, record.latency_ms
+        self.state.last_iteration = n
+        self.state.active_s += record.wall_s
+        self.state.inflight = None
+        self.save()
+        self.render()
+        self.log(f"#{n} {record.optimization}: {record.status} ({record.decision.get('verdict')}) "
+                 f"{record.decision.get('reason', '')}")
+        return record
+
+    # ------------------------------------------------------------------ unattended loop
+    def run_loop(self, max_iters: int | None = None) -> decide.StopState:
+        from playbook import next_candidate
+        from playbook.analysis import analyze
+
+        self.state.mode = "run"
+        self.save()
+        done_here = 0
+        while True:
+            stop = self.stop_state()
+            if stop.state != "continue":
+                break
+            if max_iters is not None and done_here >= max_iters:
+                stop = decide.StopState("stop", f"reached --max-iters {max_iters}")
+                break
+            src = (self.root / self.state.target).read_text()
+            cand = next_candidate(src, analyze(src), self.state.tried, self.state.demoted)
+            if cand is None:
+                stop = self.stop_state(exhausted=True)
+                break
+            self.log(f"#{self.state.last_iteration + 1} apply {cand.title} [{cand.recipe}]")
+            self.state.inflight = {"iteration": self.state.last_iteration + 1, "stage": "apply", "key": cand.key}
+            self.save()
+            atomic_write_text(self.root / self.state.target, cand.source)
+            self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key)
+            done_here += 1
+        self.state.stopped = stop.to_json()
+        self.save()
+        self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
+        return stop
+
+    # ------------------------------------------------------------------ resume
+    def repair(self) -> Record | None:
+        """Finish or record an interrupted iteration exactly once; return its record if one was written."""
+        inflight = self.state.inflight
+        if not inflight:
+            return None
+        n = inflight["iteration"]
+        if n == 0:
+            raise UserError("the run was interrupted during its baseline; start a new run with tileloop init")
+        workdir = self.dir / f"iter-{n:03d}"
+        done = [r for r in self.records() if r.iteration == n]
+        if done:
+            self._finish(done[0])
+            return done[0]
+        if inflight.get("stage") == "record" and (workdir / "record.json").exists():
+            record = Record.from_json(json.loads((workdir / "record.json").read_text()))
+            return self._finish(record)
+        tip = gitops.head_sha(self.root)
+        tip_trailers = gitops.parse_trailers(gitops.commit_message(self.root, tip))
+        is_experiment = tip != self.state.best_commit and tip_trailers.get("Tileloop-Run") == self.state.run_id \
+            and tip_trailers.get("Tileloop-Iteration") == str(n)
+        target_path = self.root / self.state.target
+        best_src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        if not is_experiment:
+            if tip != self.state.best_commit:
+                raise UserError(f"branch tip {tip[:10]} is neither the best commit nor the interrupted experiment",
+                                hint="inspect the branch by hand; tileloop will not move commits it did not make")
+            if target_path.read_text() == best_src:  # interrupted before anything was applied
+                self.state.inflight = None
+                self.save()
+                return None
+            gitops.check_integrity(self.root, self.state.target, set(self.state.untracked_at_start))
+            pending = self._record(n, inflight.get("optimization") or inflight.get("key") or "interrupted change",
+                                   inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", "FAIL", None, {}, None,
+                                   {}, {}, None, target_path.read_text(), inflight.get("started", _now()), 0.0)
+            sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target])
+            self.stage("record", commit=sha)
+        else:
+            self.stage("record", commit=tip)
+        src = target_path.read_text()
+        results = {name: BackendResult(name, self.state.availability[name]["available"],
+                                       "not_run" if self.state.availability[name]["available"] else "unavailable",
+                                       "interrupted" if self.state.availability[name]["available"] else self.state.availability[name]["reason"],
+                                       timing_label=backend_registry.get(name).timing_label)
+                   for name in self.state.backends}
+        decision = decide.Decision("crash", "interrupted", f"the run was interrupted at stage {inflight.get('stage')}")
+        self.state.outcomes.append("crash")
+        self.state.verdicts.append("interrupted")
+        self.state.crash_causes.append("interrupted")
+        if inflight.get("key"):
+            self.state.tried.append(inflight["key"])
+        record = self._record(n, inflight.get("optimization") or inflight.get("key") or "interrupted change",
+                              inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", "FAIL", None, results, None,
+                              decision.to_json(), self.stop_state().to_json(),
+                              {"status": "interrupted", "message": decision.reason}, src,
+                              inflight.get("started", _now()), 0.0, key=inflight.get("key"))
+        record = _with(record, optimization=f"{record.optimization} (interrupted)")
+        return self._finish(record)
+
+    def check_environment(self, probe: dict) -> None:
+        now = {k: probe.get(k) for k in st.FINGERPRINT_KEYS}
+        diff = [f"{k}: {v!r} -> {now[k]!r}" for k, v in self.state.fingerprint().items() if now[k] != v]
+        if diff:
+            raise EnvironmentMismatch(f"this run was measured on a different machine or toolchain ({'; '.join(diff)})",
+                                      hint="start a new run with tileloop init; results from two setups are not comparable")
+
+
+def guard_failures_from(results: dict[str, BackendResult], target_backend: str) -> list[str]:
+    from loop.evaluate import Measurement
+
+    return guard_failures(Measurement(results, {}), target_backend)
+
+
+def _with(record: Record, **changes) -> Record:
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+# ---------------------------------------------------------------------- entry points
+
+
+def default_branch(op: str, now: dt.datetime | None = None) -> str:
+    return f"tileloop/{op}-{(now or dt.datetime.now()):%Y%m%d-%H%M}"
+
+
+def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
+             policy: decide.Policy, settings: Settings, log: Log = stderr_log) -> Experiment:
+    root = gitops.find_root(Path(target).resolve() if Path(target).exists() else Path.cwd())
+    kernel = load_kernel(target, root)
+    gitops.require_clean(root)
+    if not gitops.is_tracked(root, str(kernel.target)):
+        raise UserError(f"target {kernel.target} is not committed", hint="git add and commit it first")
+    if not gitops.is_tracked(root, str(kernel.spec)):
+        raise UserError(f"spec {kernel.spec} is not committed", hint="git add and commit it first")
+    branch = branch or default_branch(kernel.op)
+    if gitops.branch_exists(root, branch):
+        raise UserError(f"branch {branch!r} already exists", hint="pass --branch NAME, or wait a minute for a new default name")
+    run_id = re.sub(r"[^A-Za-z0-9._-]+", "-", branch.removeprefix("tileloop/"))
+    if st.state_path(root, run_id).exists():
+        raise UserError(f"a run named {run_id!r} already exists in {st.SANDBOX}/", hint="pass --branch NAME")
+    gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
+    log(f"probing the environment ({device})")
+    probe = probe_environment(root, settings)
+    if device == "cuda" and not probe.get("cuda_available"):
+        raise UserError(f"no GPU available: {probe.get('cuda_reason')}",
+                        hint="pass --device cpu to run the loop under the Triton interpreter")
+    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
+    avail = {n: backend_registry.availability(backend_registry.get(n), probe, device).to_json() for n in names}
+    typed = {n: backend_registry.Availability(**a) for n, a in avail.items()}
+    chosen = target_backend or backend_registry.default_target(kernel.language, device, typed)
+    backend_registry.get(chosen)
+    require_available(chosen, avail)
+    origin = gitops.current_branch(root)
+    base = gitops.head_sha(root)
+    untracked = list(gitops.tree_status(root).untracked)
+    state = st.RunState(run_id=run_id, branch=branch, origin_branch=origin, target=str(kernel.target),
+                        spec=str(kernel.spec), language=kernel.language, op=kernel.op, device=device,
+                        target_backend=chosen, backends=names, availability=avail, base_commit=base, seed=seed,
+                        env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now())
+    gitops.create_branch(root, branch)
+    exp = Experiment(root, state, settings, log)
+    exp.save()
+    st.set_current(root, run_id)
+    log(f"run {run_id} on branch {branch}: target backend {chosen}; measuring the baseline")
+    try:
+        exp.baseline()
+    except BaseException:
+        # leave nothing half-made: back to the user's branch, drop the empty run branch, keep the logs
+        gitops.checkout(root, origin or base)
+        with gitops.open_repo(root) as repo:
+            repo.git.branch("-D", branch)
+        st.state_path(root, run_id).unlink(missing_ok=True)
+        raise
+    return exp
+
+
+def open_run(run_id: str | None, settings: Settings, log: Log = stderr_log, cwd: Path | None = None) -> Experiment:
+    root = gitops.find_root(cwd or Path.cwd())
+    rid = st.current(root, run_id)
+    return Experiment(root, st.load(root, rid), settings, log)

@@ -1,0 +1,97 @@
+"""Running the worker: a fresh subprocess per measurement, in its own process group, with a
+hard timeout, its own TRITON_CACHE_DIR, and output captured to a log file (not a pipe, which
+can deadlock when a kernel prints a lot). The result is the JSON file the worker wrote
+atomically; no result means the process died, and that is typed here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loop.backends import Backend
+from loop.settings import Settings
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+
+def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
+    env = dict(os.environ)
+    if backend is not None:
+        for key in backend.unset:
+            env.pop(key, None)
+        env.update(backend.environment())
+    env["TRITON_CACHE_DIR"] = str(cache_dir)
+    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _log_tail(path: Path, limit: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
+               cache_dir: Path, timeout_s: float | None = None, name: str = "worker") -> dict:
+    """Run one worker; always returns a result dict with a typed `status`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    result_path = workdir / f"{name}.result.json"
+    log_path = workdir / f"{name}.log"
+    if result_path.exists():
+        result_path.unlink()
+    cmd = [settings.python or sys.executable, "-m", "loop.worker", "--result", str(result_path)]
+    if job is None:
+        cmd.append("--probe")
+    else:
+        job_path = workdir / f"{name}.job.json"
+        job_path.write_text(json.dumps(job, indent=1))
+        cmd += ["--job", str(job_path)]
+    timeout = timeout_s or settings.worker_timeout_s
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return {"status": "timeout", "message": f"worker exceeded {timeout:.0f}s and was killed (process group)",
+                    "log_tail": _log_tail(log_path), "wall_s": round(time.monotonic() - started, 3)}
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no GPU process behind
+            raise
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+    wall = round(time.monotonic() - started, 3)
+    if result_path.exists():
+        result = json.loads(result_path.read_text())
+        result.setdefault("wall_s", wall)
+        if result.get("status") not in ("ok",):
+            result["log_tail"] = _log_tail(log_path)
+        return result
+    rc = proc.returncode
+    how = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with code {rc}"
+    tail = _log_tail(log_path)
+    status = "oom" if "out of memory" in tail.lower() else "runtime_error"
+    return {"status": status, "message": f"worker {how} without a result", "log_tail": tail, "wall_s": wall}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,50 @@
+"""The one place where tileloop reads environment variables, parsed strictly.
+
+Each setting has a default, a parser, and an error message that names the valid values.
+Worker-side variables that tileloop *sets* (TRITON_INTERPRET, ENABLE_TILE, ...) live with the
+backends; this module is for what the user may set to change tileloop's own behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from loop.errors import UserError
+
+
+def _positive_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"{name} must be a positive number, got {raw!r}") from None
+    if value <= 0:
+        raise UserError(f"{name} must be a positive number, got {raw!r}")
+    return value
+
+
+def _bool(name: str, raw: str) -> bool:
+    table = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
+    try:
+        return table[raw.strip().lower()]
+    except KeyError:
+        raise UserError(f"{name} must be one of 1/0/true/false/yes/no, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    worker_timeout_s: float = 600.0  # per worker process (the seed's 10-minute iteration bound)
+    python: str = ""  # interpreter for workers; default: the one running tileloop
+    keep_worker_dirs: bool = True
+
+
+def load(environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    kwargs: dict = {}
+    if "TILELOOP_WORKER_TIMEOUT" in env:
+        kwargs["worker_timeout_s"] = _positive_float("TILELOOP_WORKER_TIMEOUT", env["TILELOOP_WORKER_TIMEOUT"])
+    if env.get("TILELOOP_PYTHON"):
+        kwargs["python"] = env["TILELOOP_PYTHON"]
+    if "TILELOOP_KEEP_WORKER_DIRS" in env:
+        kwargs["keep_worker_dirs"] = _bool("TILELOOP_KEEP_WORKER_DIRS", env["TILELOOP_KEEP_WORKER_DIRS"])
+    return Settings(**kwargs)

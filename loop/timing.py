@@ -1,0 +1,166 @@
+"""The one timing routine (worker side). Callers pass closures; this module owns the clock.
+
+GPU: implementations are timed *interleaved* in one process (ABBA order per round), so clock
+drift and co-tenants hit incumbent and candidate alike.
+  * short calls (< GRAPH_BELOW_MS): each sample is one CUDA-graph replay of `calls` launches that
+    rotate over input sets sized to exceed L2, so every call reads cold data and launch overhead
+    is not measured; the sample is the replay time / calls.
+  * long calls: each sample is one eager call after an L2 flush (a memset of a buffer larger than
+    L2); the whole device is synchronized before the end event, so work a kernel hides on another
+    stream is counted.
+CPU (Triton interpreter): wall-clock per call, interleaved; labelled as interpreter timings.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+GRAPH_BELOW_MS = 0.5
+MAX_CALLS_PER_GRAPH = 100
+SAMPLE_TARGET_MS = 1.0  # a graph sample should last about this long
+
+
+@dataclass
+class TimingPlan:
+    min_reps: int = 15
+    max_reps: int = 200
+    budget_s: float = 0.4  # wall time per implementation per shape
+    use_graphs: bool = True
+
+
+@dataclass
+class TimingResult:
+    method: str
+    calls_per_sample: int
+    samples_ms: dict[str, list[float]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _abba(labels: list[str], rnd: int) -> list[str]:
+    return labels if rnd % 2 == 0 else list(reversed(labels))
+
+
+def time_cpu(fns: dict[str, Callable[[], Any]], plan: TimingPlan) -> TimingResult:
+    labels = list(fns)
+    samples: dict[str, list[float]] = {k: [] for k in labels}
+    for fn in fns.values():  # warm-up: the interpreter parses each kernel on first call
+        fn()
+    deadline = time.perf_counter() + plan.budget_s * len(labels)
+    rnd = 0
+    while rnd < plan.max_reps and (rnd < plan.min_reps or time.perf_counter() < deadline):
+        for label in _abba(labels, rnd):
+            t0 = time.perf_counter()
+            fns[label]()
+            samples[label].append((time.perf_counter() - t0) * 1e3)
+        rnd += 1
+    return TimingResult("interpreter_wallclock", 1, samples)
+
+
+class _Clock:
+    """CUDA events and synchronize, captured before any kernel module is imported."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.Event = torch.cuda.Event
+        self.synchronize = torch.cuda.synchronize
+
+    def event(self):
+        return self.Event(enable_timing=True)
+
+
+def l2_bytes(torch) -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+
+
+def estimate_call_ms(clock: _Clock, fn: Callable[[], Any], n: int = 5) -> float:
+    clock.synchronize()
+    start, end = clock.event(), clock.event()
+    start.record()
+    for _ in range(n):
+        fn()
+    clock.synchronize()
+    end.record()
+    clock.synchronize()
+    return start.elapsed_time(end) / n
+
+
+def time_gpu(
+    torch,
+    clock: _Clock,
+    fns: dict[str, Callable[[int], Any]],
+    nsets: int,
+    plan: TimingPlan,
+    before_last_round: Callable[[], None] | None = None,
+) -> TimingResult:
+    """Time closures fn(set_index) interleaved; `before_last_round` poisons outputs so the caller
+    can re-check what the final timed round actually wrote."""
+    labels = list(fns)
+    for fn in fns.values():  # warm-up: compile, autotune, allocator
+        for j in range(min(nsets, 3)):
+            fn(j)
+    clock.synchronize()
+    call_ms = max(estimate_call_ms(clock, lambda f=f: f(0)) for f in fns.values())
+    notes: list[str] = []
+    graphs = None
+    calls = 1
+    if plan.use_graphs and call_ms < GRAPH_BELOW_MS:
+        calls = int(max(1, min(MAX_CALLS_PER_GRAPH, SAMPLE_TARGET_MS / max(call_ms, 1e-3))))
+        calls = max(calls, min(nsets, MAX_CALLS_PER_GRAPH))
+        try:
+            graphs = {k: _capture(torch, fns[k], calls, nsets) for k in labels}
+        except Exception as exc:  # capture is optional: some wrappers sync or allocate on the host
+            notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); timed eagerly")
+            graphs, calls = None, 1
+            torch.cuda.synchronize()
+    flush = None
+    if graphs is None:
+        flush = torch.empty(2 * l2_bytes(torch), dtype=torch.uint8, device="cuda")
+    samples: dict[str, list[float]] = {k: [] for k in labels}
+    est_round_s = max(call_ms * calls * len(labels) / 1e3, 1e-6)
+    reps = int(min(plan.max_reps, max(plan.min_reps, plan.budget_s * len(labels) / est_round_s)))
+    events = [[(clock.event(), clock.event()) for _ in labels] for _ in range(reps)]
+    for rnd in range(reps):
+        if rnd == reps - 1 and before_last_round is not None:
+            clock.synchronize()
+            before_last_round()
+        order = _abba(list(range(len(labels))), rnd)
+        for i in order:
+            start, end = events[rnd][i]
+            if graphs is not None:
+                start.record()
+                graphs[labels[i]].replay()
+                end.record()
+            else:
+                flush.zero_()
+                start.record()
+                fns[labels[i]](rnd % nsets)
+                clock.synchronize()
+                end.record()
+        if graphs is not None and rnd % 16 == 15:
+            clock.synchronize()
+    clock.synchronize()
+    for rnd in range(reps):
+        for i, label in enumerate(labels):
+            start, end = events[rnd][i]
+            samples[label].append(start.elapsed_time(end) / calls)
+    method = "cuda_graph" if graphs is not None else "cuda_events_l2_flush"
+    return TimingResult(method, calls, samples, notes)
+
+
+def _capture(torch, fn: Callable[[int], Any], calls: int, nsets: int):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for j in range(min(nsets, 2)):
+            fn(j)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for j in range(calls):
+            fn(j % nsets)
+    torch.cuda.synchronize()
+    return graph

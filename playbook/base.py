@@ -1,0 +1,69 @@
+"""Recipe interface, registry and candidate selection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from loop.errors import UserError
+from playbook.analysis import Analysis
+
+
+@dataclass(frozen=True)
+class Candidate:
+    recipe: str  # recipe id
+    kind: str  # the variable it changes (for priority and demotion), e.g. "num_warps"
+    key: str  # unique within a run: the same key is never tried twice
+    title: str  # the optimization text of the record, e.g. "num_warps 1 -> 2"
+    hypothesis: str
+    source: str  # the whole rewritten target
+
+
+class Recipe(Protocol):
+    id: str
+    title: str
+    languages: tuple[str, ...]
+
+    def applies(self, analysis: Analysis) -> bool: ...
+
+    def candidates(self, source: str, analysis: Analysis) -> list[Candidate]: ...
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: registers one instance of the recipe under its id."""
+    if cls.id in _REGISTRY:
+        raise ValueError(f"recipe id {cls.id!r} registered twice")
+    _REGISTRY[cls.id] = cls()
+    return cls
+
+
+def recipes() -> list[Recipe]:
+    _load()
+    return list(_REGISTRY.values())
+
+
+def get(recipe_id: str) -> Recipe:
+    _load()
+    try:
+        return _REGISTRY[recipe_id]
+    except KeyError:
+        raise UserError(f"unknown recipe {recipe_id!r}; valid: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def _load() -> None:
+    from playbook import launch  # noqa: F401  (registers on import)
+
+
+def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str]) -> Candidate | None:
+    """The first untried candidate in priority order; kinds kept at low gain go last."""
+    pool: list[Candidate] = []
+    for recipe in recipes():
+        if analysis.language in recipe.languages and recipe.applies(analysis):
+            pool.extend(c for c in recipe.candidates(source, analysis) if c.key not in tried)
+    order = analysis.priority()
+    rank = {kind: i for i, kind in enumerate(order)}
+    pool.sort(key=lambda c: (c.kind in demoted, rank.get(c.kind, len(order))))
+    return pool[0] if pool else None
