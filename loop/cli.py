@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-continue", action="store_true", help="only repair; do not continue the loop")
     common(sp)
 
+    sp = sub.add_parser("demo", help="copy an included kernel into a fresh git repository and run the loop there")
+    sp.add_argument("--op", choices=["vector_add", "softmax"], default="vector_add", help="which included kernel")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu runs under the Triton interpreter")
+    sp.add_argument("--max-iters", type=positive_int, default=3, help="experiments after the baseline (default 3)")
+    sp.add_argument("--dir", type=Path, help="where to make the demo repository (default: a new temporary folder)")
+    common(sp, run_opt=False)
+
     for name, text in (("status", "where the run stands: best, iterations, stop state"),
                        ("history", "the run's experiments rebuilt from git alone (trailers)"),
                        ("results", "perf_results.md (or the records, with --json)")):
@@ -228,7 +235,33 @@ def cmd_results(args, settings) -> int:
     return 0
 
 
-COMMANDS = {"init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
+def cmd_demo(args, settings) -> int:
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from loop.experiment import init_run
+
+    source = Path(__file__).resolve().parent.parent / "kernels" / args.op
+    if not source.is_dir():
+        raise UserError(f"the demo kernel {source} is missing", hint="run the demo from a tileloop source checkout")
+    where = args.dir or Path(tempfile.mkdtemp(prefix="tileloop-demo-"))
+    if where.exists() and any(where.iterdir()):
+        raise UserError(f"demo folder {where} is not empty")
+    shutil.copytree(source, where / "kernels" / args.op)
+    env = {**os.environ, **gitops.FALLBACK_IDENTITY}
+    for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", f"{args.op}: first version"]):
+        subprocess.run(cmd, cwd=where, check=True, env=env)
+    print(f"demo repository: {where}", file=sys.stderr)
+    os.chdir(where)
+    exp = init_run(f"kernels/{args.op}/{args.op}_triton.py", device=args.device, branch=None, target_backend=None, seed=0,
+                   policy=decide.Policy(max_iters=args.max_iters), settings=settings)
+    stop = exp.run_loop()
+    return _finish_run(args, exp, stop)
+
+
+COMMANDS = {"demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
             "status": cmd_status, "history": cmd_history, "results": cmd_results}
 
 

@@ -390,7 +390,7 @@ def default_branch(op: str, now: dt.datetime | None = None) -> str:
 
 def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
              policy: decide.Policy, settings: Settings, log: Log = stderr_log) -> Experiment:
-    root = gitops.find_root(Path(target).resolve() if Path(target).exists() else Path.cwd())
+    root = gitops.find_root(Path.cwd())
     kernel = load_kernel(target, root)
     gitops.require_clean(root)
     if not gitops.is_tracked(root, str(kernel.target)):

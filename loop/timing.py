@@ -36,6 +36,9 @@ class TimingResult:
     calls_per_sample: int
     samples_ms: dict[str, list[float]]
     notes: list[str] = field(default_factory=list)
+    # label -> run the exact work of one timed sample again (the same graph, or every input set
+    # eagerly), so the caller can check what the timed execution writes
+    replay: dict[str, Callable[[], None]] = field(default_factory=dict)
 
 
 def _abba(labels: list[str], rnd: int) -> list[str]:
@@ -55,7 +58,7 @@ def time_cpu(fns: dict[str, Callable[[], Any]], plan: TimingPlan) -> TimingResul
             fns[label]()
             samples[label].append((time.perf_counter() - t0) * 1e3)
         rnd += 1
-    return TimingResult("interpreter_wallclock", 1, samples)
+    return TimingResult("interpreter_wallclock", 1, samples, replay=dict(fns))
 
 
 class _Clock:
@@ -93,10 +96,9 @@ def time_gpu(
     fns: dict[str, Callable[[int], Any]],
     nsets: int,
     plan: TimingPlan,
-    before_last_round: Callable[[], None] | None = None,
 ) -> TimingResult:
-    """Time closures fn(set_index) interleaved; `before_last_round` poisons outputs so the caller
-    can re-check what the final timed round actually wrote."""
+    """Time closures fn(set_index) interleaved. All closures read the same input sets (the same
+    memory), so placement in HBM and L2 cannot favour one of them."""
     labels = list(fns)
     for fn in fns.values():  # warm-up: compile, autotune, allocator
         for j in range(min(nsets, 3)):
@@ -123,9 +125,6 @@ def time_gpu(
     reps = int(min(plan.max_reps, max(plan.min_reps, plan.budget_s * len(labels) / est_round_s)))
     events = [[(clock.event(), clock.event()) for _ in labels] for _ in range(reps)]
     for rnd in range(reps):
-        if rnd == reps - 1 and before_last_round is not None:
-            clock.synchronize()
-            before_last_round()
         order = _abba(list(range(len(labels))), rnd)
         for i in order:
             start, end = events[rnd][i]
@@ -147,7 +146,11 @@ def time_gpu(
             start, end = events[rnd][i]
             samples[label].append(start.elapsed_time(end) / calls)
     method = "cuda_graph" if graphs is not None else "cuda_events_l2_flush"
-    return TimingResult(method, calls, samples, notes)
+    if graphs is not None:
+        replay = {k: graphs[k].replay for k in labels}
+    else:
+        replay = {k: (lambda f=fns[k]: [f(j) for j in range(nsets)]) for k in labels}
+    return TimingResult(method, calls, samples, notes, replay)
 
 
 def _capture(torch, fn: Callable[[int], Any], calls: int, nsets: int):

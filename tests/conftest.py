@@ -1,0 +1,54 @@
+"""Shared fixtures: a throw-away git repository holding the vector_add kernel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VECTOR_ADD = Path(__file__).parent.parent / "kernels" / "vector_add"
+
+# tileloop is not necessarily installed; make `import loop` work from a plain `pytest` run too.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+# git settings of the developer's machine must not leak into the temporary repositories.
+GIT_ENV_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_CEILING_DIRECTORIES")
+TILELOOP_ENV_VARS = ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TILELOOP_KEEP_WORKER_DIRS")
+
+
+def git(root: Path, *args: str) -> str:
+    """Run git in `root` with an argument list (never a shell) and return its stdout."""
+    out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                         cwd=root, check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def copy_vector_add(dest_root: Path) -> Path:
+    dest = dest_root / "kernels" / "vector_add"
+    shutil.copytree(VECTOR_ADD, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in GIT_ENV_VARS + TILELOOP_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.fixture
+def kernel_repo(tmp_path, clean_env):
+    """tmp_path as a git repository with kernels/vector_add committed; the cwd for the test."""
+    git(tmp_path, "init", "-q")
+    copy_vector_add(tmp_path)
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "vector_add")
+    clean_env.chdir(tmp_path)
+    assert os.getcwd() == str(tmp_path)
+    return tmp_path

@@ -1,0 +1,168 @@
+"""End to end on a real git repository in tmp_path, under the Triton interpreter (--device cpu):
+init, agent steps that keep, revert and crash, perf_results.md, trailers, history == records,
+an unattended run, and resume after an interruption."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loop import gitops, history
+from loop.cli import main
+from loop.records import Row, read_records
+
+pytestmark = pytest.mark.slow
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+SMALL_SPEC = '''
+import torch
+
+CORRECTNESS_SHAPES = [(1,), (127,), (1000,)]
+BENCHMARK_SHAPES = [(1 << 20,)]
+INTERPRETER_SHAPES = [(4096,)]
+DTYPES = ["float32"]
+TOLERANCES = {"float32": (1e-6, 1e-6)}
+OUTPUTS = ("out",)
+
+
+def make_inputs(shape, dtype, seed, device):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(shape, generator=g, device=device, dtype=dtype)
+    y = torch.randn(shape, generator=g, device=device, dtype=dtype)
+    return {"x": x, "y": y, "out": torch.empty(shape, device=device, dtype=dtype)}
+
+
+def reference(x, y, out):
+    return x + y
+
+
+def flops(shape):
+    return shape[0]
+
+
+def bytes_moved(shape, dtype):
+    return 12 * shape[0]
+'''
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def small_repo(tmp_path, monkeypatch):
+    op = tmp_path / "kernels" / "vector_add"
+    op.mkdir(parents=True)
+    shutil.copy(KERNELS / "vector_add" / "vector_add_triton.py", op)
+    (op / "spec.py").write_text(SMALL_SPEC)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "kernel")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+TARGET = "kernels/vector_add/vector_add_triton.py"
+
+
+def edit(repo: Path, old: str, new: str) -> None:
+    path = repo / TARGET
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def run_json(capsys, argv) -> dict:
+    assert main(argv + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_agent_session_keep_revert_crash(small_repo, capsys):
+    out = run_json(capsys, ["init", TARGET, "--device", "cpu", "--branch", "tileloop/e2e"])
+    assert out["timings"] == "interpreter" and out["target_backend"] == "interpreter"
+    run_id = out["run"]
+
+    edit(small_repo, "BLOCK = 128", "BLOCK = 1024")  # 8x fewer interpreted programs: faster
+    keep = run_json(capsys, ["step", "-m", "BLOCK 128 -> 1024", "--hypothesis", "fewer programs"])
+    assert keep["status"] == "keep" and keep["correctness"] == "PASS" and keep["speedup"] > 1
+
+    edit(small_repo, "x + y", "x - y")  # wrong values
+    wrong = run_json(capsys, ["step", "-m", "subtract instead of add"])
+    assert (wrong["status"], wrong["correctness"], wrong["decision"]["verdict"]) == ("revert", "FAIL", "incorrect")
+    assert "x + y" in (small_repo / TARGET).read_text()  # reverted to the best version
+
+    edit(small_repo, "pid = tl.program_id(0)", "pid = tl.program_id(0) +")  # does not even parse
+    crash = run_json(capsys, ["step", "-m", "syntax error"])
+    assert crash["status"] == "crash" and crash["decision"]["verdict"] == "compile_error"
+
+    records = read_records(small_repo / "sandbox" / run_id / "results.jsonl")
+    assert [r.status for r in records] == ["keep", "keep", "revert", "crash"]
+    assert all(r.env.get("python") and r.source_hash for r in records)
+
+    # perf_results.md: the fixed five columns first, then one per backend, labelled as interpreter timings
+    perf = (small_repo / "sandbox" / run_id / "perf_results.md").read_text()
+    header = next(line for line in perf.splitlines() if line.startswith("|"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols == ["iteration", "optimization", "latency_ms", "correctness", "status", "interpreter_ms", "ptx_ms", "tileir_ms"]
+    assert "Triton interpreter timings" in perf
+
+    # every experiment is one commit with trailers; the tip is the best kept one; rejected ones live under refs
+    exps = history.experiments(small_repo, run_id, "tileloop/e2e")
+    assert [int(t["Tileloop-Iteration"]) for _, t in exps] == [0, 1, 2, 3]
+    for sha, t in exps:
+        for key in ("Tileloop-Run", "Tileloop-Iteration", "Tileloop-Optimization", "Tileloop-Status",
+                    "Tileloop-Correctness", "Tileloop-Latency-Ms", "Tileloop-Interpreter-Ms", "Tileloop-Speedup"):
+            assert key in t, (sha, key)
+    assert git(small_repo, "rev-parse", "HEAD").strip() == records[1].commit
+    refs = gitops.refs_under(small_repo, f"refs/tileloop/{run_id}")
+    assert sorted(refs) == [f"refs/tileloop/{run_id}/2", f"refs/tileloop/{run_id}/3"]
+    assert git(small_repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+    # history, from git alone, equals the records
+    hist = run_json(capsys, ["history"])
+    from_records = [Row.from_record(r) for r in records]
+    assert history.rows(small_repo, run_id, "tileloop/e2e") == from_records
+    assert [row["status"] for row in hist["rows"]] == ["keep", "keep", "revert", "crash"]
+
+
+def test_integrity_refuses_other_files(small_repo, capsys):
+    run_json(capsys, ["init", TARGET, "--device", "cpu", "--branch", "tileloop/integrity"])
+    spec = small_repo / "kernels" / "vector_add" / "spec.py"
+    spec.write_text(spec.read_text().replace("(1e-6, 1e-6)", "(1.0, 1.0)"))  # loosen the tolerance: cheating
+    edit(small_repo, "BLOCK = 128", "BLOCK = 256")
+    head = git(small_repo, "rev-parse", "HEAD")
+    assert main(["step", "-m", "looser spec"]) == 2
+    assert "other than the target" in capsys.readouterr().err
+    assert git(small_repo, "rev-parse", "HEAD") == head
+
+
+def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
+    out = run_json(capsys, ["run", TARGET, "--device", "cpu", "--branch", "tileloop/auto", "--max-iters", "2"])
+    assert out["stop"]["state"] in ("stop", "escalate")
+    records = out["records"]
+    assert records[0]["optimization"] == "baseline" and len(records) == 3
+    assert all(r["optimization"].startswith(("BLOCK", "NUM_WARPS")) for r in records[1:])
+
+    # interrupt the next iteration during its measurement, then resume: recorded once, as crash (interrupted)
+    from loop import experiment
+
+    def killed(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment, "measure", killed)
+    assert main(["resume", "--max-iters", "3"]) == 130
+    capsys.readouterr()
+    monkeypatch.undo()
+    monkeypatch.chdir(small_repo)
+    resumed = run_json(capsys, ["resume", "--no-continue"])
+    recs = resumed["records"]
+    assert len(recs) == 4 and recs[3]["status"] == "crash" and recs[3]["optimization"].endswith("(interrupted)")
+    run_id = resumed["run"]
+    assert history.rows(small_repo, run_id, "tileloop/auto") == [
+        Row.from_record(r) for r in read_records(small_repo / "sandbox" / run_id / "results.jsonl")]
+    best = [r for r in recs if r["status"] == "keep"][-1]["commit"]
+    assert git(small_repo, "rev-parse", "HEAD").strip() == best
+    assert git(small_repo, "status", "--porcelain", "--untracked-files=no") == ""
