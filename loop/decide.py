@@ -9,9 +9,9 @@ The policy follows the TileGym loop, made precise:
 * a speedup counts only when the lower end of its interval clears 1 (the measured noise band);
   otherwise -> revert as `within_noise`;
 * counted speedup >= 5% -> keep; 2-5% -> keep at lower priority; < 2% -> keep but stop;
-* speedups over `suspicious` (3x) are measured again before they count;
+* speedups over `suspicious` (3x), overall or at any one shape, are measured again before they count;
 * stop: two non-improvements in a row, `max_iters` (25), a time budget, an exhausted playbook;
-  two crashes in a row with no known cause -> escalate.
+  two crashes in a row -> escalate (a person should look: the playbook cannot explain them).
 
 Noise: incumbent and candidate are timed interleaved, so sample i of each comes from the same
 round. Per shape we take the paired log-ratios d_i = log(t_incumbent / t_candidate), their
@@ -86,9 +86,13 @@ def _mad(xs: Sequence[float], center: float) -> float:
 
 def compare_shape(shape, incumbent_ms: Sequence[float], candidate_ms: Sequence[float], policy: Policy) -> ShapeComparison:
     """Paired comparison of interleaved samples at one shape (speedup > 1: candidate faster)."""
-    n = min(len(incumbent_ms), len(candidate_ms))
+    if len(incumbent_ms) != len(candidate_ms):
+        raise ValueError(f"interleaved samples must pair up: {len(incumbent_ms)} vs {len(candidate_ms)} at shape {shape}")
+    n = len(incumbent_ms)
     if n == 0:
         raise ValueError(f"no samples to compare at shape {shape}")
+    if min(incumbent_ms) <= 0 or min(candidate_ms) <= 0:
+        raise ValueError(f"timings must be positive at shape {shape}")
     d = [math.log(a / b) for a, b in zip(incumbent_ms[:n], candidate_ms[:n])]
     center = statistics.median(d)
     sigma = 1.4826 * _mad(d, center)
@@ -136,7 +140,7 @@ def decide(
         return Decision("revert", "regression",
                         f"shape {list(worst.shape)} slower by {1 / worst.speedup - 1:.1%} (interval {worst.lo:.3f}-{worst.hi:.3f}x)",
                         speedup, lo, hi, shapes=rows)
-    if speedup > policy.suspicious and not remeasured:
+    if max(speedup, *(s.speedup for s in shapes)) > policy.suspicious and not remeasured:
         return Decision("remeasure", "suspicious", f"{speedup:.2f}x exceeds {policy.suspicious}x: measure again before it counts",
                         speedup, lo, hi, shapes=rows)
     if lo <= 1.0:

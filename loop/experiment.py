@@ -400,16 +400,19 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     branch = branch or default_branch(kernel.op)
     if gitops.branch_exists(root, branch):
         raise UserError(f"branch {branch!r} already exists", hint="pass --branch NAME, or wait a minute for a new default name")
+    gitops.check_branch_name(root, branch)
     run_id = re.sub(r"[^A-Za-z0-9._-]+", "-", branch.removeprefix("tileloop/"))
     if st.state_path(root, run_id).exists():
         raise UserError(f"a run named {run_id!r} already exists in {st.SANDBOX}/", hint="pass --branch NAME")
-    gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
+    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
+    if target_backend is not None and target_backend not in names:
+        raise UserError(f"--target-backend {target_backend} does not apply to a {kernel.language} target with "
+                        f"--device {device}; valid: {', '.join(names)}")
     log(f"probing the environment ({device})")
     probe = probe_environment(root, settings)
     if device == "cuda" and not probe.get("cuda_available"):
         raise UserError(f"no GPU available: {probe.get('cuda_reason')}",
                         hint="pass --device cpu to run the loop under the Triton interpreter")
-    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
     avail = {n: backend_registry.availability(backend_registry.get(n), probe, device).to_json() for n in names}
     typed = {n: backend_registry.Availability(**a) for n, a in avail.items()}
     chosen = target_backend or backend_registry.default_target(kernel.language, device, typed)
@@ -422,6 +425,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
                         spec=str(kernel.spec), language=kernel.language, op=kernel.op, device=device,
                         target_backend=chosen, backends=names, availability=avail, base_commit=base, seed=seed,
                         env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now())
+    gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)
     exp.save()

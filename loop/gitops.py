@@ -119,12 +119,18 @@ def branch_exists(root: Path, name: str) -> bool:
         return name in [h.name for h in repo.heads]
 
 
-def create_branch(root: Path, name: str) -> str:
+def check_branch_name(root: Path, name: str) -> None:
+    git = _import_git()
     with open_repo(root) as repo:
         try:
             repo.git.check_ref_format("--branch", name)
-        except Exception:
+        except git.GitCommandError:
             raise UserError(f"{name!r} is not a valid branch name") from None
+
+
+def create_branch(root: Path, name: str) -> str:
+    check_branch_name(root, name)
+    with open_repo(root) as repo:
         repo.git.checkout("-b", name)
         return repo.head.commit.hexsha
 
