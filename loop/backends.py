@@ -14,6 +14,7 @@ a fallback (e.g. nvtriton silently compiling through PTX) is recorded as such.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,6 +42,21 @@ class Backend:
 
     def environment(self) -> dict[str, str]:
         return dict(self.env)
+
+
+def tileiras_environment(env: dict) -> list[str]:
+    """cuda-tile runs tileiras with CUDA_HOME passed through when tileiras comes from PATH; a
+    CUDA_HOME that points at an older toolkit (its libnvvm) then breaks Tile IR compilation.
+    Drop CUDA_HOME/CUDA_PATH unless the tileiras in use lives under CUDA_HOME. Returns notes."""
+    import shutil
+
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    tileiras = shutil.which("tileiras", path=env.get("PATH"))
+    if home and tileiras and not os.path.realpath(tileiras).startswith(os.path.realpath(home)):
+        env.pop("CUDA_HOME", None)
+        env.pop("CUDA_PATH", None)
+        return [f"CUDA_HOME={home} unset for the worker: tileiras comes from {tileiras}"]
+    return []
 
 
 def _cuda_ok(probe: dict) -> Availability | None:

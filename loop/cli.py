@@ -38,6 +38,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def arch_list(text: str) -> list[str]:
+    if text.strip().lower() == "none":
+        return []
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    for a in archs:
+        if not re.fullmatch(r"sm_\d+a?", a):
+            raise argparse.ArgumentTypeError(f"architectures look like sm_90,sm_100; got {a!r}")
+    if not archs:
+        raise argparse.ArgumentTypeError("give at least one architecture, or 'none'")
+    return archs
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tileloop",
@@ -60,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="backend whose latency decides (default: tileir if available, else ptx; cutile for cuTile)")
         sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh random inputs of every check")
         sp.add_argument("--time-budget", type=duration, help="stop after this much iteration time (e.g. 45m, 8h)")
+        sp.add_argument("--archs", type=arch_list, default=None,
+                        help="architectures every candidate must compile for before it is measured "
+                             "(default sm_90,sm_100; 'none' turns the gate off)")
 
     sp = sub.add_parser("init", help="create the run branch and measure the baseline (iteration 0)")
     start_opts(sp)
@@ -80,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-iters", type=positive_int, help="raise the run's iteration limit")
     sp.add_argument("--no-continue", action="store_true", help="only repair; do not continue the loop")
     common(sp)
+
+    sp = sub.add_parser("doctor", help="GPU, driver, CUDA, torch, triton, nvtriton, cuda-tile, tileiras, ncu; per-backend availability")
+    common(sp, run_opt=False)
+
+    sp = sub.add_parser("compile", help="compile a target ahead of time for GPUs that are not here (no GPU needed)")
+    sp.add_argument("target", help="the kernel file (spec.py beside it gives the example inputs)")
+    sp.add_argument("--arch", type=arch_list, default=["sm_90", "sm_100"], help="comma-separated, default sm_90,sm_100")
+    common(sp, run_opt=False)
+
+    sp = sub.add_parser("compare", help="every implementation of an op, in every backend, against torch eager and torch.compile")
+    sp.add_argument("op_dir", help="kernels/<op>: a folder with spec.py and <op>_triton.py / <op>_cutile.py")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings only")
+    sp.add_argument("--out", type=Path, help="also write the markdown table to this file")
+    common(sp, run_opt=False)
 
     sp = sub.add_parser("demo", help="copy an included kernel into a fresh git repository and run the loop there")
     sp.add_argument("--op", choices=["vector_add", "softmax"], default="vector_add", help="which included kernel")
@@ -121,20 +150,23 @@ def _record_summary(rec) -> dict:
 
 
 def _status_payload(exp) -> dict:
+    from playbook.hazards import scan
+
     s = exp.state
     return {"run": s.run_id, "branch": s.branch, "target": s.target, "device": s.device,
             "target_backend": s.target_backend, "backends": s.availability, "best_commit": s.best_commit,
             "best_latency_ms": s.best_latency_ms, "iterations": max(s.last_iteration, 0),
             "outcomes": s.outcomes, "inflight": s.inflight, "stopped": s.stopped,
             "stop": exp.stop_state().to_json(), "perf_results": str(exp.perf_path.relative_to(exp.root)),
-            "timings": "interpreter" if s.device == "cpu" else "gpu"}
+            "timings": "interpreter" if s.device == "cpu" else "gpu", "archs": s.archs,
+            "hazards": [h.to_json() for h in scan((exp.root / s.target).read_text(), s.language)]}
 
 
 def cmd_init(args, settings) -> int:
     from loop.experiment import init_run
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
-                   seed=args.seed, policy=_policy(args), settings=settings)
+                   seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs)
     rec = exp.records()[0]
     label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
     _emit(args, {**_status_payload(exp), "baseline": _record_summary(rec)},
@@ -161,7 +193,7 @@ def cmd_run(args, settings) -> int:
     from loop.experiment import init_run
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
-                   seed=args.seed, policy=_policy(args), settings=settings)
+                   seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs)
     stop = exp.run_loop()
     return _finish_run(args, exp, stop)
 
@@ -261,7 +293,78 @@ def cmd_demo(args, settings) -> int:
     return _finish_run(args, exp, stop)
 
 
-COMMANDS = {"demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
+def cmd_doctor(args, settings) -> int:
+    import tempfile
+
+    from loop import doctor
+    from loop.experiment import probe_environment
+
+    rep = doctor.report(probe_environment(Path(tempfile.gettempdir()), settings))
+    _emit(args, rep, doctor.render(rep))
+    return 0
+
+
+def cmd_compile(args, settings) -> int:
+    import tempfile
+
+    from loop.contract import load_kernel
+    from loop.evaluate import compile_gate, compile_summary
+    from playbook.hazards import scan
+
+    target = Path(args.target).resolve()
+    try:
+        root = gitops.find_root(target.parent)
+    except UserError:
+        root = target.parent
+    kernel = load_kernel(target, root)
+    hazards = scan(kernel.target_abs.read_text(), kernel.language)
+    with tempfile.TemporaryDirectory(prefix="tileloop-compile-") as tmp:
+        raw = compile_gate(workdir=Path(tmp), spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
+                           target=kernel.target_abs, language=kernel.language, archs=args.arch, settings=settings,
+                           cache_root=Path(tmp))
+    rows = compile_summary(raw)
+    ok = raw["status"] == "ok"
+    from loop.records import markdown_table
+
+    text = markdown_table(rows) + "\n" + "\n".join(str(h) for h in hazards)
+    text += f"\n{'ok' if ok else 'FAILED'}: {kernel.target} ({kernel.language}) for {', '.join(args.arch)}"
+    if not ok:
+        text += f"\n{raw.get('message', '')}"
+    _emit(args, {"target": str(kernel.target), "language": kernel.language, "archs": args.arch, "ok": ok,
+                 "status": raw["status"], "message": raw.get("message"), "kernels": rows,
+                 "hazards": [h.to_json() for h in hazards]}, text)
+    return 0 if ok else 1
+
+
+def cmd_compare(args, settings) -> int:
+    import tempfile
+
+    from loop import compare
+    from loop.experiment import probe_environment
+
+    op_dir = Path(args.op_dir).resolve()
+    if not op_dir.is_dir():
+        raise UserError(f"{args.op_dir} is not a folder")
+    try:
+        root = gitops.find_root(op_dir)
+    except UserError:
+        root = op_dir.parent
+    probe = probe_environment(root, settings)
+    if args.device == "cuda" and not probe.get("cuda_available"):
+        raise UserError(f"no GPU available: {probe.get('cuda_reason')}", hint="pass --device cpu")
+    with tempfile.TemporaryDirectory(prefix="tileloop-compare-") as tmp:
+        result = compare.run_compare(op_dir, root, probe, args.device, settings, Path(tmp),
+                                     log=lambda m: print(m, file=sys.stderr))
+    text = compare.render(result)
+    if args.out:
+        from loop.records import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
+    _emit(args, result, text)
+    return 0
+
+
+COMMANDS = {"compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
             "status": cmd_status, "history": cmd_history, "results": cmd_results}
 
 

@@ -135,3 +135,30 @@ def require_available(target_backend: str, availability: dict[str, dict]) -> Non
         raise UserError(f"backend {target_backend!r} does not apply to this target; valid: {', '.join(availability)}")
     if not av["available"]:
         raise UserError(f"target backend {target_backend} is unavailable: {av['reason']}")
+
+
+def compile_gate(*, workdir: Path, spec_path: Path, target_dir: Path, target: Path, language: str, archs: list[str],
+                 settings: Settings, cache_root: Path, name: str = "compile") -> dict:
+    """Ahead-of-time compile for every architecture (no GPU needed); a typed worker result."""
+    job = {"mode": "compile", "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target),
+           "language": language, "archs": archs}
+    backend = backend_registry.get("cutile" if language == "cutile" else "ptx")
+    raw = run_worker(workdir, job, backend, settings, cache_root / "aot", name=name)
+    if raw.get("status") in ("spec_error", "harness_error"):
+        raise HarnessFailure(f"compile worker: {raw['status']}: {raw.get('message')} (logs: {workdir})")
+    return raw
+
+
+def compile_summary(raw: dict) -> list[dict]:
+    """One row per architecture, dtype and kernel: registers, spills, shared memory."""
+    rows = []
+    for entry in (raw.get("compile") or {}).get("results", []):
+        if not entry.get("ok"):
+            rows.append({"arch": entry["arch"], "dtype": entry["dtype"], "ok": False, "error": entry.get("error", "")[:500]})
+            continue
+        for k in entry["kernels"]:
+            for res in k.get("resources") or [{}]:
+                rows.append({"arch": entry["arch"], "dtype": entry["dtype"], "ok": True, "kernel": k["kernel"],
+                             "registers": res.get("registers"), "spills": res.get("spills"), "local": res.get("local"),
+                             "shared": k.get("shared_bytes", res.get("shared")), "num_warps": k.get("num_warps")})
+    return rows

@@ -21,13 +21,15 @@ from loop import decide, gitops, history
 from loop import state as st
 from loop.contract import load_kernel, source_hash
 from loop.errors import EnvironmentMismatch, UserError
-from loop.evaluate import HarnessFailure, comparisons, guard_failures, measure, require_available
+from loop.evaluate import (HarnessFailure, comparisons, compile_gate, compile_summary, guard_failures, measure,
+                           require_available)
 from loop.records import BackendResult, Record, Row, append_record, atomic_write_text, read_records, render_perf_results
 from loop.sandbox import run_worker
 from loop.settings import Settings
 
 Log = Callable[[str], None]
 CPU_TIMING = {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}
+DEFAULT_ARCHS = ("sm_90", "sm_100")  # Hopper and Blackwell: every candidate must compile for both
 
 
 def _now() -> str:
@@ -116,7 +118,7 @@ class Experiment:
                             hint="tileloop resume repairs an interrupted iteration")
 
     # ------------------------------------------------------------------ measurement
-    def _measure(self, n: int, incumbent_src: str | None, candidate_src: str) -> tuple[dict[str, BackendResult], dict]:
+    def _measure(self, n: int, incumbent_src: str | None, candidate_src: str) -> tuple[dict[str, BackendResult], dict, dict]:
         workdir = self.dir / f"iter-{n:03d}"
         workdir.mkdir(parents=True, exist_ok=True)
         stem = Path(self.state.target).stem
@@ -127,13 +129,33 @@ class Experiment:
         label = "candidate" if incumbent_src is not None else "baseline"
         impls[label] = workdir / f"{stem}__{label}.py"
         impls[label].write_text(candidate_src)
+        gate = {}
+        if self.state.archs:
+            self.log(f"#{n} compile {','.join(self.state.archs)}")
+            raw = compile_gate(workdir=workdir, spec_path=self.root / self.state.spec, target_dir=(self.root / self.state.target).parent,
+                               target=impls[label], language=self.state.language, archs=self.state.archs,
+                               settings=self.settings, cache_root=self.dir / "triton-cache")
+            gate = {"status": raw["status"], "archs": self.state.archs, "rows": compile_summary(raw)}
+            if raw["status"] != "ok":
+                reason = f"ahead-of-time compile failed: {raw.get('message', '')}"[:500]
+                results = {}
+                for name in self.state.backends:
+                    av, b = self.state.availability[name], backend_registry.get(name)
+                    if not av["available"]:
+                        results[name] = BackendResult(name, False, "unavailable", av["reason"], timing_label=b.timing_label)
+                    elif name == self.state.target_backend:
+                        results[name] = BackendResult(name, True, raw["status"], reason, correctness="FAIL",
+                                                      timing_label=b.timing_label, worker_dir=str(workdir.relative_to(self.root)))
+                    else:
+                        results[name] = BackendResult(name, True, "not_run", "compile gate failed", timing_label=b.timing_label)
+                return results, {}, gate
         m = measure(root=self.root, workdir=workdir, spec_path=self.root / self.state.spec,
                     target_dir=(self.root / self.state.target).parent, impls=impls, check=[label],
                     backend_names=self.state.backends, availability=self.state.availability,
                     target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
                     settings=self.settings, cache_root=self.dir / "triton-cache",
                     on_stage=lambda s: self.log(f"#{n} {s}"), timing=CPU_TIMING if self.state.device == "cpu" else None)
-        return m.results, m.raw
+        return m.results, m.raw, gate
 
     # ------------------------------------------------------------------ baseline
     def baseline(self) -> Record:
@@ -141,7 +163,7 @@ class Experiment:
         src = (self.root / self.state.target).read_text()
         self.state.inflight = {"iteration": 0, "stage": "measure", "optimization": "baseline"}
         self.save()
-        results, _raw = self._measure(0, None, src)
+        results, _raw, gate = self._measure(0, None, src)
         target = results[self.state.target_backend]
         if target.status != "ok":
             raise UserError(f"the baseline does not pass: {self.state.target_backend}: {target.status}: {target.reason}",
@@ -153,7 +175,7 @@ class Experiment:
                         latency_ms=target.latency_ms, target_backend=self.state.target_backend, backends=results,
                         commit=None, parent=self.state.base_commit, hypothesis="", env=self.state.env,
                         source_hash=source_hash(src), started=started, finished=_now(), wall_s=round(time.monotonic() - t0, 3),
-                        decision={"verdict": "baseline", "reason": "iteration 0: the code as given"})
+                        decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate)
         sha = gitops.commit(self.root, history.commit_message(record), [], allow_empty=True)
         record = _with(record, commit=sha)
         append_record(self.results_path, record)
@@ -187,14 +209,14 @@ class Experiment:
                             allow_empty=cand_src == inc_src)
         self.stage("measure", commit=sha)
         try:
-            results, raw = self._measure(n, inc_src, cand_src)
+            results, raw, gate = self._measure(n, inc_src, cand_src)
         except HarnessFailure:
             raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
         self.stage("decide")
         decision, remeasured = self._decide(results, raw), False
         if decision.action == "remeasure":
             self.log(f"#{n} {decision.reason}")
-            results, raw = self._measure(n, inc_src, cand_src)
+            results, raw, gate = self._measure(n, inc_src, cand_src)
             decision, remeasured = self._decide(results, raw, remeasured=True), True
         status = {"keep": "keep", "revert": "revert", "crash": "crash"}[decision.action]
         target = results[self.state.target_backend]
@@ -205,6 +227,7 @@ class Experiment:
         record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
                               decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
                               cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
+        record = _with(record, compile=gate)
         atomic_write_text(self.dir / f"iter-{n:03d}" / "record.json", json.dumps(record.to_json(), indent=1, default=str))
         self.stage("record")
         self._finish(record)
@@ -389,7 +412,8 @@ def default_branch(op: str, now: dt.datetime | None = None) -> str:
 
 
 def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
-             policy: decide.Policy, settings: Settings, log: Log = stderr_log) -> Experiment:
+             policy: decide.Policy, settings: Settings, log: Log = stderr_log,
+             archs: list[str] | None = None) -> Experiment:
     root = gitops.find_root(Path.cwd())
     kernel = load_kernel(target, root)
     gitops.require_clean(root)
@@ -397,6 +421,11 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
         raise UserError(f"target {kernel.target} is not committed", hint="git add and commit it first")
     if not gitops.is_tracked(root, str(kernel.spec)):
         raise UserError(f"spec {kernel.spec} is not committed", hint="git add and commit it first")
+    from playbook.hazards import scan
+
+    for hazard in scan(kernel.target_abs.read_text(), kernel.language):
+        if hazard.severity != "info":
+            log(f"Tile IR hazard: {kernel.target}:{hazard}")
     branch = branch or default_branch(kernel.op)
     if gitops.branch_exists(root, branch):
         raise UserError(f"branch {branch!r} already exists", hint="pass --branch NAME, or wait a minute for a new default name")
@@ -424,7 +453,8 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     state = st.RunState(run_id=run_id, branch=branch, origin_branch=origin, target=str(kernel.target),
                         spec=str(kernel.spec), language=kernel.language, op=kernel.op, device=device,
                         target_backend=chosen, backends=names, availability=avail, base_commit=base, seed=seed,
-                        env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now())
+                        env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now(),
+                        archs=list(DEFAULT_ARCHS if archs is None else archs))
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)

@@ -88,6 +88,7 @@ class Record:
     decision: dict = field(default_factory=dict)
     stop: dict = field(default_factory=dict)
     failure: dict | None = None
+    compile: dict = field(default_factory=dict)  # the ahead-of-time gate: status and per-arch registers/spills
     env: dict = field(default_factory=dict)
     source_hash: str = ""
     started: str = ""
@@ -173,6 +174,19 @@ def render_table(rows: list[Row]) -> str:
                     + [cells.get(n, "") for n in names])
     df = pd.DataFrame(data, columns=FIXED_COLUMNS + [f"{n}_ms" for n in names])
     return df.to_markdown(index=False, disable_numparse=True, colalign=["right", "left", "right", "left", "left"] + ["right"] * len(names))
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """A list of flat dicts as a markdown table (columns in first-seen order)."""
+    import pandas as pd
+
+    if not rows:
+        return "(nothing)"
+    cols: list[str] = []
+    for row in rows:
+        cols += [k for k in row if k not in cols]
+    df = pd.DataFrame([{c: ("" if row.get(c) is None else row.get(c)) for c in cols} for row in rows], columns=cols)
+    return df.to_markdown(index=False, disable_numparse=True)
 
 
 def render_perf_results(run_id: str, header: dict, rows: list[Row], interpreter: bool) -> str:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from loop.backends import Backend
+from loop.backends import Backend, tileiras_environment
 from loop.settings import Settings
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -25,6 +25,8 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
         for key in backend.unset:
             env.pop(key, None)
         env.update(backend.environment())
+        if backend.language == "cutile":
+            tileiras_environment(env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"

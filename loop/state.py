@@ -37,6 +37,7 @@ class RunState:
     env: dict  # environment fingerprint from the worker probe
     untracked_at_start: list[str]
     policy: dict
+    archs: list[str] = field(default_factory=lambda: ["sm_90", "sm_100"])  # ahead-of-time compile gate
     mode: str = "agent"  # agent (step) | run (unattended)
     best_commit: str = ""
     best_latency_ms: float | None = None

@@ -248,7 +248,7 @@ def probe() -> dict:
         "torch_version": None, "triton_version": None, "cutile_version": _version("cuda-tile"),
         "cuda_available": False, "cuda_reason": None, "gpu": None, "capability": None,
         "driver": None, "cuda_runtime": None, "sm_count": None, "l2_mb": None,
-        "clocks": None, "nvtriton": False, "tileiras": shutil.which("tileiras"),
+        "clocks": None, "nvtriton": False,
         "tile_env": {k: os.environ[k] for k in ("ENABLE_TILE", "TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ") if k in os.environ},
     }
     try:
@@ -272,6 +272,18 @@ def probe() -> dict:
         info["nvtriton"] = importlib.util.find_spec("triton.backends.tileir") is not None
     except ImportError:
         pass
+    info.update(_tileiras_facts())
+    info["ncu"] = shutil.which("ncu")
+    if info["ncu"]:
+        info["ncu_version"] = _first_line([info["ncu"], "--version"], last=True)
+    if info["cuda_available"] and info["triton_version"]:
+        try:  # which backend Triton's active driver compiles for (nvtriton with ENABLE_TILE=1 says tileir)
+            from triton.runtime import driver
+
+            target = driver.active.get_current_target()
+            info["triton_active_target"] = str(getattr(target, "backend", target))
+        except Exception as exc:  # report, do not fail the probe: doctor shows it
+            info["triton_active_target"] = f"error: {type(exc).__name__}: {exc}"[:200]
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(
@@ -286,7 +298,61 @@ def probe() -> dict:
     return info
 
 
+def _first_line(cmd: list[str], last: bool = False) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (out[-1] if last else out[0]) if out else None
+
+
+def _tileiras_facts() -> dict:
+    """Which tileiras cuda-tile would use, its version, and the architectures it accepts."""
+    path = None
+    try:
+        from cuda.tile._compile import _find_compiler_bin  # private, hence guarded: falls back to PATH
+
+        path = _find_compiler_bin().path
+    except Exception:
+        path = shutil.which("tileiras")
+    facts: dict[str, Any] = {"tileiras": path, "tileiras_version": None, "tileiras_archs": []}
+    if path:
+        try:
+            text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+            facts["tileiras_version"] = next((ln.strip() for ln in text.splitlines() if "release" in ln), text.strip()[-80:])
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            help_text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30).stdout
+            import re
+
+            facts["tileiras_archs"] = sorted(set(re.findall(r"=(sm_\d+)\s", help_text)), key=lambda a: int(a[3:]))
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return facts
+
+
 # --------------------------------------------------------------------------- backend proof
+
+
+CUTILE_COMPILES: list[dict] = []
+
+
+def _watch_cutile_compiles() -> None:
+    """Record every cuTile JIT compilation (kernel, architecture, hints): the proof that kernels
+    really went through cuda.tile and tileiras."""
+    from cuda.tile import _execution
+
+    real = _execution.kernel._compile
+
+    def compile_and_record(self, signature, context, compute_capability=None):
+        out = real(self, signature, context, compute_capability)
+        opts = self._compiler_options
+        CUTILE_COMPILES.append({"kernel": self._pyfunc.__name__, "cubin_bytes": len(out[0]) if out and out[0] else 0,
+                                "occupancy": getattr(opts, "occupancy", None), "num_ctas": getattr(opts, "num_ctas", None)})
+        return out
+
+    _execution.kernel._compile = compile_and_record
 
 
 def backend_proof(modules: dict[str, Any], backend: str) -> dict:
@@ -294,7 +360,9 @@ def backend_proof(modules: dict[str, Any], backend: str) -> dict:
     if backend == "interpreter":
         return {"ran": "interpreter", "ok": os.environ.get("TRITON_INTERPRET") == "1", "detail": "TRITON_INTERPRET=1"}
     if backend == "cutile":
-        return {"ran": "cutile", "ok": True, "detail": "launched through cuda.tile (tileiras)"}
+        ok = bool(CUTILE_COMPILES) and all(c["cubin_bytes"] > 0 for c in CUTILE_COMPILES)
+        return {"ran": "cutile" if ok else "unknown", "ok": ok,
+                "detail": f"cuda.tile compiled {len(CUTILE_COMPILES)} kernel(s) through tileiras: {CUTILE_COMPILES}"[:800]}
     targets, kinds = set(), set()
     for module in modules.values():
         for obj in vars(module).values():
@@ -331,6 +399,22 @@ def seed_for(base: int, *parts) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+def compile_job(job: dict) -> dict:
+    import torch
+
+    from loop import aot
+
+    sys.path.insert(0, job["target_dir"])
+    spec = load_module("tileloop_spec", Path(job["spec"]))
+    out = aot.compile_all(torch, spec, Path(job["target"]), job["language"], job["archs"], load_module, classify)
+    failed = [r for r in out["results"] if not r["ok"]]
+    if failed:
+        first = failed[0]
+        return {"status": first.get("status", "compile_error"), "failed_impl": "candidate",
+                "message": f"{first['arch']} {first['dtype']}: {first.get('error')}", "compile": out}
+    return {"status": "ok", "compile": out}
+
+
 def run_job(job: dict) -> dict:
     import torch
 
@@ -342,11 +426,15 @@ def run_job(job: dict) -> dict:
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("worker asked for cuda but no CUDA device is visible")
     sys.path.insert(0, job["target_dir"])
+    if job["backend"] == "cutile":
+        _watch_cutile_compiles()
     spec = load_module("tileloop_spec", Path(job["spec"]))
     harness = Harness(torch, spec, device, clock)
     modules: dict[str, Any] = {}
     for impl in job["impls"]:
         modules[impl["label"]] = call_impl(impl["label"], "import", load_module, f"tileloop_impl_{impl['label']}", Path(impl["path"]))
+    for provider in job.get("torch_providers", []):  # for `tileloop compare`: the spec's op in PyTorch itself
+        modules[provider] = torch_provider(torch, spec, provider)
     _check_tamper(torch, tamper_watch, "import")
 
     dtypes = list(job.get("dtypes") or spec.DTYPES)
@@ -377,6 +465,18 @@ def run_job(job: dict) -> dict:
                     "correctness": result["correctness"], "timing": result["timing"]}
     result["proof"] = backend_proof(modules, job["backend"])
     return result
+
+
+def torch_provider(torch, spec, name: str):
+    """PyTorch eager (the spec's reference at the benchmark dtype) or torch.compile of it."""
+    from types import SimpleNamespace
+
+    fn = spec.reference
+    if name == "torch_compile":
+        fn = torch.compile(spec.reference, dynamic=False)
+    elif name != "torch_eager":
+        raise ValueError(f"unknown torch provider {name!r}")
+    return SimpleNamespace(run=fn)
 
 
 def _timer_identities(torch) -> dict:
@@ -528,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     job = json.loads(args.job.read_text())
     try:
-        payload = run_job(job)
+        payload = compile_job(job) if job.get("mode") == "compile" else run_job(job)
     except ImplFailure as exc:
         payload = {"status": exc.status, "failed_impl": exc.label, "message": exc.message, "detail": exc.detail}
     except SpecError as exc:

@@ -26,6 +26,8 @@ class Analysis:
     calls: frozenset[str]
 
     def priority(self) -> list[str]:
+        if self.language == "cutile":  # cuTile's default occupancy leaves most SMs idle: the first lever
+            return ["occupancy"] + PRIORITY[self.kernel_class]
         return PRIORITY[self.kernel_class]
 
 

@@ -54,7 +54,7 @@ def get(recipe_id: str) -> Recipe:
 
 
 def _load() -> None:
-    from playbook import launch  # noqa: F401  (registers on import)
+    from playbook import cutile_hints, launch  # noqa: F401  (they register on import)
 
 
 def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str]) -> Candidate | None:

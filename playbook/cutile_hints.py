@@ -1,0 +1,118 @@
+"""Recipe `cutile-hint`: one cuTile compiler hint or tile-size constant, one step up.
+
+* `occupancy` on `@ct.kernel` (expected CTAs per SM, 1..32; cuTile leaves it to the compiler,
+  which tends to pick 1 for one-row-per-block kernels and leaves most of the chip idle): x2.
+* UPPERCASE power-of-two module constants passed to `ct.launch(...)` as kernel arguments
+  (tile sizes, used by the grid too): x2.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from playbook.analysis import Analysis
+from playbook.base import Candidate, register
+from playbook.launch import _SetConstant, module_constants
+
+MAX_OCCUPANCY = 32
+MAX_TILE = 4096
+
+
+def _is_ct_kernel(dec: cst.Decorator) -> bool:
+    node = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+    return isinstance(node, cst.Attribute) and node.attr.value == "kernel" or isinstance(node, cst.Name) and node.value == "kernel"
+
+
+def _occupancy(dec: cst.Decorator) -> int | None:
+    """Current occupancy hint: an int, 0 when absent (the compiler's choice), None if not a literal."""
+    if not isinstance(dec.decorator, cst.Call):
+        return 0
+    for arg in dec.decorator.args:
+        if arg.keyword is not None and arg.keyword.value == "occupancy":
+            return int(arg.value.evaluated_value) if isinstance(arg.value, cst.Integer) else None
+    return 0
+
+
+class _SetOccupancy(cst.CSTTransformer):
+    def __init__(self, kernel: str, value: int):
+        self.kernel, self.value = kernel, value
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        if updated.name.value != self.kernel:
+            return updated
+        decs = []
+        for dec in updated.decorators:
+            if _is_ct_kernel(dec):
+                new_arg = cst.Arg(keyword=cst.Name("occupancy"), value=cst.Integer(str(self.value)),
+                                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                        whitespace_after=cst.SimpleWhitespace("")))
+                if isinstance(dec.decorator, cst.Call):
+                    args = [a for a in dec.decorator.args if not (a.keyword is not None and a.keyword.value == "occupancy")]
+                    if args:
+                        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                    dec = dec.with_changes(decorator=dec.decorator.with_changes(args=[*args, new_arg]))
+                else:
+                    dec = dec.with_changes(decorator=cst.Call(func=dec.decorator, args=[new_arg]))
+            decs.append(dec)
+        return updated.with_changes(decorators=decs)
+
+
+class _LaunchConstants(cst.CSTVisitor):
+    """UPPERCASE module constants passed as kernel arguments in ct.launch(stream, grid, kernel, (args))."""
+
+    def __init__(self, constants: dict[str, int]):
+        self.constants, self.found = constants, {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "launch") or len(node.args) < 4:
+            return
+        args = node.args[3].value
+        if isinstance(args, (cst.Tuple, cst.List)):
+            for el in args.elements:
+                if isinstance(el.value, cst.Name) and el.value.value in self.constants:
+                    name, value = el.value.value, self.constants[el.value.value]
+                    if name.isupper() and value >= 16 and value & (value - 1) == 0:
+                        self.found[name] = value
+
+
+@register
+class CuTileHint:
+    id = "cutile-hint"
+    title = "One cuTile hint (occupancy) or tile-size constant, one step up"
+    languages = ("cutile",)
+
+    def applies(self, analysis: Analysis) -> bool:
+        return analysis.language == "cutile"
+
+    def candidates(self, source: str, analysis: Analysis) -> list[Candidate]:
+        module = cst.parse_module(source)
+        out = []
+        for stmt in module.body:
+            if not isinstance(stmt, cst.FunctionDef):
+                continue
+            for dec in stmt.decorators:
+                if not _is_ct_kernel(dec):
+                    continue
+                occ = _occupancy(dec)
+                if occ is None or max(occ * 2, 2) > MAX_OCCUPANCY:
+                    continue
+                new, old = max(occ * 2, 2), str(occ) if occ else "auto"
+                code = module.visit(_SetOccupancy(stmt.name.value, new)).code
+                out.append(Candidate(self.id, "occupancy", f"{self.id}:{stmt.name.value}.occupancy={new}",
+                                     f"{stmt.name.value} occupancy {old} -> {new}",
+                                     f"occupancy {old} -> {new}: more CTAs resident per SM to hide memory latency; expect "
+                                     f"large gains while blocks are latency-bound (one block per SM leaves bandwidth "
+                                     f"unused), none once bandwidth saturates or registers run out", code))
+        consts = _LaunchConstants(module_constants(module))
+        module.visit(consts)
+        for name, value in consts.found.items():
+            if value * 2 > MAX_TILE:
+                continue
+            code = module.visit(_SetConstant(name, value * 2)).code
+            out.append(Candidate(self.id, "block", f"{self.id}:{name}={value * 2}", f"{name} {value} -> {value * 2}",
+                                 f"tile {value} -> {value * 2}: more data per block, fewer blocks; expect 5-40% while "
+                                 f"the kernel is latency-bound", code))
+        for c in out:
+            cst.parse_module(c.source)
+        return out
