@@ -40,8 +40,12 @@ class Backend:
     check: Callable[[dict], Availability]  # probe -> availability
     timing_label: str  # what its numbers are: "gpu" or "interpreter"
 
-    def environment(self) -> dict[str, str]:
-        return dict(self.env)
+    def environment(self, tile_env: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(self.env)
+        if self.name == "tileir":
+            for key in ("TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ"):
+                env[key] = (tile_env or {}).get(key, "0")
+        return env
 
 
 def tileiras_environment(env: dict) -> list[str]:
@@ -104,7 +108,10 @@ def _check_interpreter(probe: dict) -> Availability:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("ptx", "triton", "cuda", (("ENABLE_TILE", "0"),), ("TRITON_INTERPRET",), _check_ptx, "gpu"),
+        Backend("ptx", "triton", "cuda", (("ENABLE_TILE", "0"),),
+                ("TRITON_INTERPRET", "TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ"), _check_ptx, "gpu"),
+        # Tile IR keeps approx and FTZ off by default; a run that wants them sets them explicitly
+        # (they are recorded in the environment fingerprint), never inherited by accident.
         Backend("tileir", "triton", "cuda", (("ENABLE_TILE", "1"),), ("TRITON_INTERPRET",), _check_tileir, "gpu"),
         Backend("cutile", "cutile", "cuda", (), ("TRITON_INTERPRET",), _check_cutile, "gpu"),
         Backend("interpreter", "triton", "cpu", (("TRITON_INTERPRET", "1"), ("ENABLE_TILE", "0")), (), _check_interpreter, "interpreter"),

@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="backend whose latency decides (default: tileir if available, else ptx; cutile for cuTile)")
         sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh random inputs of every check")
         sp.add_argument("--time-budget", type=duration, help="stop after this much iteration time (e.g. 45m, 8h)")
+        sp.add_argument("--iteration-timeout", type=duration, default=None,
+                        help="hard limit per worker process of an iteration (compile, each backend); default 10m")
         sp.add_argument("--archs", type=arch_list, default=None,
                         help="architectures every candidate must compile for before it is measured "
                              "(default sm_90,sm_100; 'none' turns the gate off)")
@@ -116,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-iters", type=positive_int, default=3, help="experiments after the baseline (default 3)")
     sp.add_argument("--dir", type=Path, help="where to make the demo repository (default: a new temporary folder)")
     common(sp, run_opt=False)
+
+    sp = sub.add_parser("report", help="sandbox/<run>/report.md and latency.png: path, backends, roofline, PyTorch")
+    sp.add_argument("--measure", action="store_true", help="measure the best version against torch eager and torch.compile (GPU)")
+    common(sp)
 
     for name, text in (("status", "where the run stands: best, iterations, stop state"),
                        ("history", "the run's experiments rebuilt from git alone (trailers)"),
@@ -166,7 +172,8 @@ def cmd_init(args, settings) -> int:
     from loop.experiment import init_run
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
-                   seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs)
+                   seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs,
+                   worker_timeout_s=args.iteration_timeout)
     rec = exp.records()[0]
     label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
     _emit(args, {**_status_payload(exp), "baseline": _record_summary(rec)},
@@ -193,7 +200,8 @@ def cmd_run(args, settings) -> int:
     from loop.experiment import init_run
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
-                   seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs)
+                   seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs,
+                   worker_timeout_s=args.iteration_timeout)
     stop = exp.run_loop()
     return _finish_run(args, exp, stop)
 
@@ -364,7 +372,31 @@ def cmd_compare(args, settings) -> int:
     return 0
 
 
-COMMANDS = {"compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
+def cmd_report(args, settings) -> int:
+    from loop import report
+    from loop.experiment import open_run
+    from loop.records import atomic_write_text
+
+    exp = open_run(args.run, settings)
+    recs = exp.records()
+    if not recs:
+        raise UserError(f"run {exp.state.run_id} has no records yet")
+    final = None
+    if args.measure:
+        if exp.state.device != "cuda":
+            raise UserError("--measure needs a GPU run (this run used --device cpu)")
+        final = report.measure_final(exp, settings)
+    png = exp.dir / "latency.png"
+    report.plot(recs, png, any(r.interpreter for r in recs))
+    text = report.render(exp.state, recs, exp.root, final, png.name)
+    path = exp.dir / "report.md"
+    atomic_write_text(path, text)
+    _emit(args, {"run": exp.state.run_id, "report": str(path.relative_to(exp.root)), "plot": str(png.relative_to(exp.root)),
+                 "final": final}, text)
+    return 0
+
+
+COMMANDS = {"report": cmd_report, "compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
             "status": cmd_status, "history": cmd_history, "results": cmd_results}
 
 

@@ -53,7 +53,7 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
     shapes, cand, inc = [], [], []
     for s in raw["timing"]["shapes"]:
         impls = s["impls"]
-        entry = {"shape": s["shape"], "dtype": s["dtype"], "method": s["method"],
+        entry = {"shape": s["shape"], "dtype": s["dtype"], "method": s["method"], "flops": s.get("flops"), "bytes": s.get("bytes"),
                  "calls_per_sample": s["calls_per_sample"], "notes": s.get("notes", []),
                  label: _summary(impls[label])}
         cand.append(impls[label]["median_ms"])

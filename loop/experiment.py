@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
 import re
 import sys
 import time
@@ -25,6 +27,7 @@ from loop.evaluate import (HarnessFailure, comparisons, compile_gate, compile_su
                            require_available)
 from loop.records import BackendResult, Record, Row, append_record, atomic_write_text, read_records, render_perf_results
 from loop.sandbox import run_worker
+from loop.progress import ProgressView, plain_log
 from loop.settings import Settings
 
 Log = Callable[[str], None]
@@ -36,8 +39,7 @@ def _now() -> str:
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def stderr_log(message: str) -> None:
-    print(f"[tileloop {dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+stderr_log = plain_log
 
 
 def probe_environment(root: Path, settings: Settings) -> dict:
@@ -55,8 +57,16 @@ class Experiment:
     """A run bound to its repository; every public method leaves state.json consistent."""
 
     def __init__(self, root: Path, state: st.RunState, settings: Settings, log: Log = stderr_log):
-        self.root, self.state, self.settings, self.log = root, state, settings, log
+        from dataclasses import replace
+
+        # the run's own per-worker timeout, unless TILELOOP_WORKER_TIMEOUT overrides it for this session
+        if "TILELOOP_WORKER_TIMEOUT" not in os.environ:
+            settings = replace(settings, worker_timeout_s=state.worker_timeout_s)
+        self.root, self.state, self.settings = root, state, settings
         self.policy = decide.Policy(**state.policy)
+        self.progress_view = ProgressView(state.run_id, self.policy.max_iters, log)
+        self.progress_view.update(best=state.best_latency_ms)
+        self.log = self.progress_view.log
 
     # ------------------------------------------------------------------ paths and helpers
     @property
@@ -71,6 +81,10 @@ class Experiment:
     def perf_path(self) -> Path:
         return self.dir / "perf_results.md"
 
+    def iter_dir(self, n: int) -> Path:
+        """Everything one iteration's workers wrote: jobs, results, logs, the candidate copies."""
+        return self.dir / "logs" / f"iter-{n:03d}"
+
     def records(self) -> list[Record]:
         return read_records(self.results_path)
 
@@ -81,6 +95,10 @@ class Experiment:
         assert self.state.inflight is not None
         self.state.inflight.update(stage=name, **extra)
         self.save()
+        self.progress_view.update(stage=name)
+        if self.settings.test_kill_at == name and self.state.inflight.get("iteration", 0) >= 1:
+            # fault injection for the resume tests: a kill -9 on entering this stage
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def render(self) -> None:
         recs = self.records()
@@ -119,7 +137,7 @@ class Experiment:
 
     # ------------------------------------------------------------------ measurement
     def _measure(self, n: int, incumbent_src: str | None, candidate_src: str) -> tuple[dict[str, BackendResult], dict, dict]:
-        workdir = self.dir / f"iter-{n:03d}"
+        workdir = self.iter_dir(n)
         workdir.mkdir(parents=True, exist_ok=True)
         stem = Path(self.state.target).stem
         impls = {}
@@ -130,6 +148,8 @@ class Experiment:
         impls[label] = workdir / f"{stem}__{label}.py"
         impls[label].write_text(candidate_src)
         gate = {}
+        if self.state.inflight is not None:
+            self.stage("verify")
         if self.state.archs:
             self.log(f"#{n} compile {','.join(self.state.archs)}")
             raw = compile_gate(workdir=workdir, spec_path=self.root / self.state.spec, target_dir=(self.root / self.state.target).parent,
@@ -154,8 +174,13 @@ class Experiment:
                     backend_names=self.state.backends, availability=self.state.availability,
                     target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
                     settings=self.settings, cache_root=self.dir / "triton-cache",
-                    on_stage=lambda s: self.log(f"#{n} {s}"), timing=CPU_TIMING if self.state.device == "cpu" else None)
+                    on_stage=lambda s: self._on_measure(n, s), timing=CPU_TIMING if self.state.device == "cpu" else None)
         return m.results, m.raw, gate
+
+    def _on_measure(self, n: int, what: str) -> None:
+        if self.state.inflight is not None and self.state.inflight.get("stage") != "measure":
+            self.stage("measure")
+        self.log(f"#{n} {what}")
 
     # ------------------------------------------------------------------ baseline
     def baseline(self) -> Record:
@@ -202,12 +227,13 @@ class Experiment:
         optimization = " ".join(optimization.split()) or "unnamed change"
         self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
                                "recipe": recipe, "key": key, "started": started}
-        self.save()
+        self.stage("commit")
         pending = self._record(n, optimization, hypothesis, recipe, "crash", "FAIL", None, {}, None, {}, {}, None,
                                cand_src, started, 0.0)
         sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
                             allow_empty=cand_src == inc_src)
-        self.stage("measure", commit=sha)
+        self.state.inflight["commit"] = sha
+        self.save()
         try:
             results, raw, gate = self._measure(n, inc_src, cand_src)
         except HarnessFailure:
@@ -228,7 +254,7 @@ class Experiment:
                               decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
                               cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
         record = _with(record, compile=gate)
-        atomic_write_text(self.dir / f"iter-{n:03d}" / "record.json", json.dumps(record.to_json(), indent=1, default=str))
+        atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
         self.stage("record")
         self._finish(record)
         return record, stop
@@ -285,6 +311,7 @@ class Experiment:
             append_record(self.results_path, record)
         if record.status == "keep":
             self.state.best_commit, self.state.best_latency_ms = sha, record.latency_ms
+            self.progress_view.update(best=record.latency_ms)
         self.state.last_iteration = n
         self.state.active_s += record.wall_s
         self.state.inflight = None
@@ -309,21 +336,36 @@ class Experiment:
             if max_iters is not None and done_here >= max_iters:
                 stop = decide.StopState("stop", f"reached --max-iters {max_iters}")
                 break
+            if self.state.device == "cuda" and (bad := self.gpu_health()):
+                stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
+                break
             src = (self.root / self.state.target).read_text()
             cand = next_candidate(src, analyze(src), self.state.tried, self.state.demoted)
             if cand is None:
                 stop = self.stop_state(exhausted=True)
                 break
+            self.progress_view.update(iteration=self.state.last_iteration + 1, change=cand.title)
             self.log(f"#{self.state.last_iteration + 1} apply {cand.title} [{cand.recipe}]")
-            self.state.inflight = {"iteration": self.state.last_iteration + 1, "stage": "apply", "key": cand.key}
+            self.state.inflight = {"iteration": self.state.last_iteration + 1, "stage": "apply", "key": cand.key,
+                                   "optimization": cand.title, "hypothesis": cand.hypothesis, "recipe": cand.recipe}
             self.save()
             atomic_write_text(self.root / self.state.target, cand.source)
+            self.stage("apply")
             self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key)
             done_here += 1
         self.state.stopped = stop.to_json()
         self.save()
         self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
+        self.progress_view.close()
         return stop
+
+    def gpu_health(self) -> str | None:
+        """None when the device answers a tiny round trip within a minute, else why not."""
+        workdir = self.dir / "logs" / "health"
+        res = run_worker(workdir, None, None, self.settings, self.dir / "triton-cache" / "health", timeout_s=60, name="health")
+        if res.get("status") == "ok":
+            return None
+        return f"{res.get('status')}: {res.get('message')}"
 
     # ------------------------------------------------------------------ resume
     def repair(self) -> Record | None:
@@ -334,7 +376,7 @@ class Experiment:
         n = inflight["iteration"]
         if n == 0:
             raise UserError("the run was interrupted during its baseline; start a new run with tileloop init")
-        workdir = self.dir / f"iter-{n:03d}"
+        workdir = self.iter_dir(n)
         done = [r for r in self.records() if r.iteration == n]
         if done:
             self._finish(done[0])
@@ -413,7 +455,7 @@ def default_branch(op: str, now: dt.datetime | None = None) -> str:
 
 def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
              policy: decide.Policy, settings: Settings, log: Log = stderr_log,
-             archs: list[str] | None = None) -> Experiment:
+             archs: list[str] | None = None, worker_timeout_s: float | None = None) -> Experiment:
     root = gitops.find_root(Path.cwd())
     kernel = load_kernel(target, root)
     gitops.require_clean(root)
@@ -454,7 +496,8 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
                         spec=str(kernel.spec), language=kernel.language, op=kernel.op, device=device,
                         target_backend=chosen, backends=names, availability=avail, base_commit=base, seed=seed,
                         env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now(),
-                        archs=list(DEFAULT_ARCHS if archs is None else archs))
+                        archs=list(DEFAULT_ARCHS if archs is None else archs),
+                        worker_timeout_s=worker_timeout_s or settings.worker_timeout_s)
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)

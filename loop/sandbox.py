@@ -24,7 +24,8 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
     if backend is not None:
         for key in backend.unset:
             env.pop(key, None)
-        env.update(backend.environment())
+        env.update(backend.environment({k: os.environ[k] for k in ("TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ")
+                                         if k in os.environ}))
         if backend.language == "cutile":
             tileiras_environment(env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
@@ -52,7 +53,7 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
         result_path.unlink()
     cmd = [settings.python or sys.executable, "-m", "loop.worker", "--result", str(result_path)]
     if job is None:
-        cmd.append("--probe")
+        cmd.append("--health" if name == "health" else "--probe")
     else:
         job_path = workdir / f"{name}.job.json"
         job_path.write_text(json.dumps(job, indent=1))

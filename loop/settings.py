@@ -31,11 +31,16 @@ def _bool(name: str, raw: str) -> bool:
         raise UserError(f"{name} must be one of 1/0/true/false/yes/no, got {raw!r}") from None
 
 
+KILL_STAGES = ("apply", "commit", "verify", "measure", "decide", "record")
+
+
 @dataclass(frozen=True)
 class Settings:
     worker_timeout_s: float = 600.0  # per worker process (the seed's 10-minute iteration bound)
     python: str = ""  # interpreter for workers; default: the one running tileloop
     keep_worker_dirs: bool = True
+    # fault injection for tests: the orchestrator SIGKILLs itself on entering this stage
+    test_kill_at: str | None = None
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:
@@ -47,4 +52,9 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         kwargs["python"] = env["TILELOOP_PYTHON"]
     if "TILELOOP_KEEP_WORKER_DIRS" in env:
         kwargs["keep_worker_dirs"] = _bool("TILELOOP_KEEP_WORKER_DIRS", env["TILELOOP_KEEP_WORKER_DIRS"])
+    if env.get("TILELOOP_TEST_KILL_AT"):
+        stage = env["TILELOOP_TEST_KILL_AT"]
+        if stage not in KILL_STAGES:
+            raise UserError(f"TILELOOP_TEST_KILL_AT must be one of {', '.join(KILL_STAGES)}, got {stage!r}")
+        kwargs["test_kill_at"] = stage
     return Settings(**kwargs)

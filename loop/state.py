@@ -39,6 +39,7 @@ class RunState:
     policy: dict
     archs: list[str] = field(default_factory=lambda: ["sm_90", "sm_100"])  # ahead-of-time compile gate
     mode: str = "agent"  # agent (step) | run (unattended)
+    worker_timeout_s: float = 600.0  # hard limit per worker process (compile, each backend)
     best_commit: str = ""
     best_latency_ms: float | None = None
     last_iteration: int = -1  # -1 before the baseline is recorded

@@ -298,6 +298,23 @@ def probe() -> dict:
     return info
 
 
+def health() -> dict:
+    """Allocate, compute, copy back, synchronize: a wedged or lost GPU fails or hangs here."""
+    import torch
+
+    t0 = time.perf_counter()
+    if not torch.cuda.is_available():
+        return {"status": "runtime_error", "message": "no CUDA device visible"}
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    total = float((x * 2).sum().item())
+    torch.cuda.synchronize()
+    expected = float((1 << 20) * ((1 << 20) - 1))
+    if total != expected:
+        return {"status": "runtime_error", "message": f"GPU arithmetic check gave {total}, expected {expected}"}
+    free, total_mem = torch.cuda.mem_get_info()
+    return {"status": "ok", "seconds": round(time.perf_counter() - t0, 3), "free_mb": free // 2**20, "total_mb": total_mem // 2**20}
+
+
 def _first_line(cmd: list[str], last: bool = False) -> str | None:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
@@ -620,8 +637,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job", type=Path)
     ap.add_argument("--result", type=Path, required=True)
     ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--health", action="store_true", help="a tiny GPU round trip: is the device usable?")
     args = ap.parse_args(argv)
     started = time.time()
+    if args.health:
+        atomic_write_text(args.result, json.dumps({"schema": RESULT_SCHEMA, **health()}))
+        return 0
     if args.probe:
         payload = {"schema": RESULT_SCHEMA, "status": "ok", "probe": probe()}
         atomic_write_text(args.result, json.dumps(payload, indent=1))
