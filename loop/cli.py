@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("op_dir", help="kernels/<op>: a folder with spec.py and <op>_triton.py / <op>_cutile.py")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings only")
     sp.add_argument("--out", type=Path, help="also write the markdown table to this file")
+    sp.add_argument("--full-check", action="store_true", help="also check every dtype at the full benchmark shapes")
     common(sp, run_opt=False)
 
     sp = sub.add_parser("demo", help="copy an included kernel into a fresh git repository and run the loop there")
@@ -362,7 +363,7 @@ def cmd_compare(args, settings) -> int:
         raise UserError(f"no GPU available: {probe.get('cuda_reason')}", hint="pass --device cpu")
     with tempfile.TemporaryDirectory(prefix="tileloop-compare-") as tmp:
         result = compare.run_compare(op_dir, root, probe, args.device, settings, Path(tmp),
-                                     log=lambda m: print(m, file=sys.stderr))
+                                     log=lambda m: print(m, file=sys.stderr), full_check=args.full_check)
     text = compare.render(result)
     if args.out:
         from loop.records import atomic_write_text

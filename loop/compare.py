@@ -31,7 +31,8 @@ def implementations(op_dir: Path) -> list[Path]:
     return out
 
 
-def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Settings, workdir: Path, log=print) -> dict:
+def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Settings, workdir: Path, log=print,
+                full_check: bool = False) -> dict:
     if not (op_dir / "spec.py").is_file():
         raise UserError(f"{op_dir} has no spec.py")
     impls = implementations(op_dir)
@@ -44,7 +45,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
             continue
         for backend in backend_registry.for_language(lang, device):
             jobs.append((backend, mine))
-    rows, torch_done = [], False
+    rows, torch_done, verified = [], False, []
     for backend, mine in jobs:
         av = backend_registry.availability(backend, probe, device)
         if not av.available:
@@ -56,7 +57,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
         log(f"compare: {backend.name}: {', '.join(l for l, _ in mine + [(p, None) for p in providers])}")
         job = {"spec": str(spec_path), "target_dir": str(op_dir), "device": device, "backend": backend.name,
                "impls": [{"label": label, "path": str(path)} for label, path in mine], "torch_providers": providers,
-               "check": [label for label, _ in mine] + providers, "seed": 1234, "bench": True}
+               "check": [label for label, _ in mine], "seed": 1234, "bench": True, "check_benchmark_shapes": full_check}
         raw = run_worker(workdir, job, backend, settings, workdir / "cache" / backend.name, name=f"compare-{backend.name}")
         if raw.get("status") in ("spec_error", "harness_error"):
             raise HarnessFailure(f"compare {backend.name}: {raw['status']}: {raw.get('message')}")
@@ -65,6 +66,14 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
                 rows.append({"implementation": label, "backend": backend.name,
                              "status": f"{raw['status']}: {raw.get('message', '')}"[:300]})
             continue
+        checks = raw.get("correctness", {}).get("checks", [])
+        for label, _ in mine:
+            mine_checks = [c for c in checks if c["label"] == label]
+            verified.append({"implementation": label, "backend": backend.name, "checks": len(mine_checks),
+                             "dtypes": sorted({c["dtype"] for c in mine_checks}),
+                             "shapes": len({tuple(c["shape"]) for c in mine_checks}),
+                             "max_abs_err": max((c.get("max_abs_err", 0) for c in mine_checks), default=None),
+                             "skipped": raw.get("correctness", {}).get("skipped", [])})
         proof = raw.get("proof") or {}
         for s in raw["timing"]["shapes"]:
             for label, st in s["impls"].items():
@@ -75,7 +84,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
                              "backend": ran, "status": "ok", "time_ms": st["median_ms"], "rel_std": st["rel_std"],
                              "gbps": st.get("gbps"), "tflops": st.get("tflops"), "frac_clone_bw": st.get("frac_clone_bw"),
                              "clone_gbps": (s.get("clone") or {}).get("gbps"), "method": s["method"]})
-    return {"op": op_dir.name, "device": probe.get("gpu") or "cpu", "rows": rows}
+    return {"op": op_dir.name, "device": probe.get("gpu") or "cpu", "rows": rows, "verified": verified, "full_check": full_check}
 
 
 def render(result: dict) -> str:
@@ -83,6 +92,7 @@ def render(result: dict) -> str:
     lines = [f"# compare: {result['op']} on {result['device']}", "",
              "Time is the median over interleaved samples in one worker per backend; GB/s counts the spec's "
              "bytes_moved; 'vs clone' is the fraction of a same-run device copy's bandwidth for the same traffic; "
+             "'vs torch eager' is the eager time over this time (for matmul: the fraction of torch.matmul's rate); "
              "speedup is against Triton/PTX at the same shape.", ""]
     down = [r for r in rows if r["status"] != "ok"]
     shapes = []
@@ -92,11 +102,13 @@ def render(result: dict) -> str:
     for shape in shapes:
         here = [r for r in rows if r.get("shape") == shape and r["status"] == "ok"]
         base = next((r["time_ms"] for r in here if r["backend"] == "ptx"), None)
+        eager = next((r["time_ms"] for r in here if r["implementation"] == "torch_eager"), None)
         table = []
         for r in here:
             table.append({"Implementation": r["implementation"], "Backend": r["backend"], "Time (ms)": f"{r['time_ms']:.6f}",
                           "GB/s": f"{r['gbps']:.0f}" if r.get("gbps") else "", "TFLOP/s": f"{r['tflops']:.2f}" if r.get("tflops") else "",
                           "vs clone": f"{r['frac_clone_bw']:.2f}" if r.get("frac_clone_bw") else "",
+                          "vs torch eager": f"{eager / r['time_ms']:.2f}" if eager else "",
                           "Speedup": f"{base / r['time_ms']:.2f}x" if base else ""})
         for r in down:
             table.append({"Implementation": r["implementation"], "Backend": r["backend"], "Time (ms)": r["status"]})
@@ -104,5 +116,11 @@ def render(result: dict) -> str:
         lines += [f"## {shape} ({here[0]['dtype']})" + (f", clone {clone:.0f} GB/s" if clone else ""), "", markdown_table(table), ""]
     if not shapes:
         lines += [markdown_table([{"Implementation": r["implementation"], "Backend": r["backend"], "Status": r["status"]} for r in rows]), ""]
+    if result.get("verified"):
+        scope = "correctness and full benchmark shapes" if result.get("full_check") else "correctness shapes"
+        lines += [f"## Correctness ({scope}, every dtype; fresh random inputs, NaN-poisoned outputs)", "",
+                  markdown_table([{**v, "dtypes": ", ".join(v["dtypes"]), "skipped": "; ".join(v["skipped"]),
+                                   "max_abs_err": f"{v['max_abs_err']:.3g}" if v["max_abs_err"] is not None else ""}
+                                  for v in result["verified"]]), ""]
     lines.append(f"_generated {dt.date.today().isoformat()} by `tileloop compare`_")
     return "\n".join(lines)

@@ -36,7 +36,7 @@ from loop.records import atomic_write_text
 RESULT_SCHEMA = "tileloop.worker/1"
 STICKY_CUDA = ("illegal memory access", "misaligned address", "unspecified launch failure",
                "illegal instruction", "device-side assert", "an illegal", "cudaErrorLaunchFailure")
-OOM_MARKERS = ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
+OOM_MARKERS = ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError", "can't allocate memory")
 COMPILE_MARKERS = ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "ptxas",
                    "OutOfResources", "out of resource", "failed to compile", "TileCompilerError",
                    "tileiras", "MLIR", "Unsupported")
@@ -460,9 +460,12 @@ def run_job(job: dict) -> dict:
         dtypes.remove("bfloat16")
         skipped.append("bfloat16: the Triton interpreter does not support bf16")
     checks = []
+    shapes_to_check = list(job.get("correctness_shapes") or spec.CORRECTNESS_SHAPES)
+    if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
+        shapes_to_check += [s for s in spec.BENCHMARK_SHAPES if s not in shapes_to_check]
     for label in job["check"]:
         for dtype in dtypes:
-            for shape in job.get("correctness_shapes") or spec.CORRECTNESS_SHAPES:
+            for shape in shapes_to_check:
                 rec = harness.check_one(modules[label], label, shape, dtype, seed_for(job["seed"], label, tuple(shape), dtype))
                 checks.append(rec)
                 if not rec["ok"]:
@@ -545,7 +548,7 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
         nsets = max(1, min(nsets, int(2**30 // max(in_bytes, 1))))
         notes.append(f"{nsets} rotating input set(s) of {in_bytes / 2**20:.2f} MiB ({nsets * in_bytes / l2:.1f}x L2)")
     sets = [first] + [harness.make_inputs(shape, dtype, base_seed + j) for j in range(1, nsets)]
-    refs = [harness.reference(s) for s in sets[:2]]
+    refs: list = [None, None]
     labels = list(modules)
     # every implementation reads the same input sets (the same memory): separate copies showed a
     # systematic ~1-3% difference between identical kernels on an H200 (placement, not code)
@@ -573,7 +576,14 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
         res = timing.time_cpu({lab: (lambda lab=lab: guarded[lab](0)) for lab in labels}, plan)
     atol, rtol = harness.tolerance(dtype)
     recheck = {}
-    for lab in labels:  # what the timed work itself writes: poison, run it once more, check
+    checked = [0, 1] if nsets > 1 else [0]
+    for lab in labels:  # what the timed work itself writes: fresh data in the same buffers, poison, run, check
+        for j in checked:  # new values in place: a kernel that caches results (by shape or pointer) fails here
+            fresh = harness.make_inputs(shape, dtype, seed_for(base_seed, "recheck", lab, j))
+            for k, v in fresh.items():
+                if isinstance(v, torch.Tensor) and k not in harness.outputs:
+                    sets[j][k].copy_(v)
+            refs[j] = harness.reference(sets[j])
         for j, s in enumerate(sets):
             harness.prepare_call(s)
             if isinstance(last_results[lab][j], torch.Tensor):  # a graph's own output buffer

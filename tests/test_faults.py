@@ -1,0 +1,51 @@
+"""The fault suite (tests/faults/) stepped through the loop on the CPU (Triton interpreter):
+each fault gets its typed status, the loop goes on, and the branch stays consistent."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loop.cli import main
+from loop.records import read_records
+from test_e2e_cpu import TARGET, git, small_repo  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+FAULTS = Path(__file__).parent / "faults"
+EXPECTED = json.loads((FAULTS / "expected.json").read_text())
+CPU_FAULTS = [name for name, e in EXPECTED.items() if not e.get("gpu_only")]
+
+
+def test_every_fault_file_has_an_expectation():
+    files = {p.stem for p in FAULTS.glob("*.py")}
+    assert files == set(EXPECTED)
+
+
+def test_cpu_faults_through_the_loop(small_repo, capsys, monkeypatch):
+    monkeypatch.setenv("TILELOOP_WORKER_TIMEOUT", "40")  # the infinite loop must end as a timeout
+    assert main(["init", TARGET, "--device", "cpu", "--branch", "tileloop/faults", "--archs", "sm_90", "--json"]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run"]
+    baseline = git(small_repo, "rev-parse", "HEAD").strip()
+    original = (small_repo / TARGET).read_text()
+    for name in CPU_FAULTS:
+        shutil.copy(FAULTS / f"{name}.py", small_repo / TARGET)
+        assert main(["step", "-m", f"fault: {name}", "--json"]) == 0, name
+        out = json.loads(capsys.readouterr().out)
+        want = EXPECTED[name]
+        assert (out["status"], out["decision"]["verdict"]) == (want["status"], want["verdict"]), (name, out["decision"])
+        assert out["correctness"] == "FAIL"
+        # the loop goes on from the same best version, and nothing is left in the tree
+        assert git(small_repo, "rev-parse", "HEAD").strip() == baseline
+        assert (small_repo / TARGET).read_text() == original
+        assert git(small_repo, "status", "--porcelain", "--untracked-files=no") == ""
+    records = read_records(small_repo / "sandbox" / run_id / "results.jsonl")
+    assert [r.iteration for r in records] == list(range(len(CPU_FAULTS) + 1))
+    refs = git(small_repo, "for-each-ref", "--format=%(refname)", f"refs/tileloop/{run_id}").split()
+    assert len(refs) == len(CPU_FAULTS)
+    # and a correct change is still kept afterwards
+    (small_repo / TARGET).write_text(original.replace("BLOCK = 128", "BLOCK = 1024"))
+    assert main(["step", "-m", "BLOCK 128 -> 1024", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "keep"
