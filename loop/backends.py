@@ -56,7 +56,8 @@ def tileiras_environment(env: dict) -> list[str]:
 
     home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
     tileiras = shutil.which("tileiras", path=env.get("PATH"))
-    if home and tileiras and not os.path.realpath(tileiras).startswith(os.path.realpath(home)):
+    under = tileiras and home and os.path.commonpath([os.path.realpath(tileiras), os.path.realpath(home)]) == os.path.realpath(home)
+    if home and tileiras and not under:
         env.pop("CUDA_HOME", None)
         env.pop("CUDA_PATH", None)
         return [f"CUDA_HOME={home} unset for the worker: tileiras comes from {tileiras}"]

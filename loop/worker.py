@@ -39,7 +39,11 @@ STICKY_CUDA = ("illegal memory access", "misaligned address", "unspecified launc
 OOM_MARKERS = ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError", "can't allocate memory")
 COMPILE_MARKERS = ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "ptxas",
                    "OutOfResources", "out of resource", "failed to compile", "TileCompilerError",
-                   "tileiras", "MLIR", "Unsupported")
+                   "tileiras", "MLIR", "Unsupported",
+                   # cuTile front-end errors (cuda.tile._exception): raised while compiling, never at run time
+                   "TypeCheckingError", "TileTypeError", "TileSyntaxError", "TileValueError", "TileStaticAssertionError",
+                   "TileStaticEvalError", "TileUnsupportedFeatureError", "TileRecursionError", "TileCompilerExecutionError",
+                   "TileCompilerTimeoutError")
 
 
 class ImplFailure(Exception):
