@@ -16,7 +16,7 @@ from loop import __version__, decide, gitops, history
 from loop import settings as settings_mod
 from loop import state as st
 from loop.errors import UserError
-from loop.records import Row, render_table
+from loop.records import Row, markdown_table, render_table
 
 CLI_SCHEMA = "tileloop.cli/1"
 
@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("step", help="commit the working-tree edit of the target and evaluate it (agent mode)")
     sp.add_argument("--optimization", "-m", required=True, help="what this change is, one line")
-    sp.add_argument("--hypothesis", default="", help="what should move, why, and by how much")
+    sp.add_argument("--hypothesis", default="", help="what should move, and by how much")
+    sp.add_argument("--rationale", default="", help="why: the evidence (profile, roofline, earlier results)")
+    sp.add_argument("--expected", default="", help="the expected outcome, e.g. '1.2-1.5x on the wide shapes'")
     sp.add_argument("--allow-unchanged", action="store_true", help="evaluate an unchanged target (an A/A check)")
     common(sp)
 
@@ -124,6 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--measure", action="store_true", help="measure the best version against torch eager and torch.compile (GPU)")
     common(sp)
 
+    sp = sub.add_parser("experience", help="what worked before, across runs: list | recommend | stats")
+    sp.add_argument("action", choices=["list", "recommend", "stats"])
+    sp.add_argument("--kernel-class", choices=["dot", "norm-like", "reduction", "element-wise"])
+    sp.add_argument("--backend", choices=["ptx", "tileir", "cutile", "interpreter"])
+    sp.add_argument("--arch", help="e.g. sm_90")
+    common(sp, run_opt=False)
+
+    sp = sub.add_parser("playbook", help="the recipes: list | show <id> | apply <id> <target> --dry-run")
+    sp.add_argument("action", choices=["list", "show", "apply"])
+    sp.add_argument("recipe", nargs="?", help="recipe id (show, apply)")
+    sp.add_argument("target", nargs="?", help="kernel file (apply)")
+    sp.add_argument("--dry-run", action="store_true", help="apply: print the diff of each candidate, change nothing")
+    common(sp, run_opt=False)
+
     for name, text in (("status", "where the run stands: best, iterations, stop state"),
                        ("history", "the run's experiments rebuilt from git alone (trailers)"),
                        ("results", "perf_results.md (or the records, with --json)")):
@@ -148,6 +164,7 @@ def _policy(args) -> decide.Policy:
 def _record_summary(rec) -> dict:
     return {
         "iteration": rec.iteration, "optimization": rec.optimization, "hypothesis": rec.hypothesis,
+        "rationale": rec.rationale, "expected": rec.expected, "kind": rec.kind,
         "status": rec.status, "correctness": rec.correctness, "latency_ms": rec.latency_ms, "speedup": rec.speedup,
         "commit": rec.commit, "decision": rec.decision, "failure": rec.failure,
         "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
@@ -187,9 +204,13 @@ def cmd_step(args, settings) -> int:
     from loop.experiment import open_run
 
     exp = open_run(args.run, settings)
-    rec, stop = exp.evaluate(args.optimization, args.hypothesis, allow_unchanged=args.allow_unchanged)
+    rec, stop = exp.evaluate(args.optimization, args.hypothesis, allow_unchanged=args.allow_unchanged,
+                             rationale=args.rationale, expected=args.expected)
     payload = {**_record_summary(rec), "run": exp.state.run_id, "stop": stop.to_json(),
-               "best_commit": exp.state.best_commit, "best_latency_ms": exp.state.best_latency_ms}
+               "noise_band": {"lo": rec.decision.get("lo"), "hi": rec.decision.get("hi"),
+                              "per_shape": rec.decision.get("shapes", [])},
+               "best_commit": exp.state.best_commit, "best_latency_ms": exp.state.best_latency_ms,
+               "suggestions": exp.suggestions()}
     band = rec.decision.get("lo"), rec.decision.get("hi")
     text = (f"#{rec.iteration} {rec.optimization}: {rec.status} ({rec.decision.get('verdict')}) {rec.decision.get('reason', '')}\n"
             f"noise band: {band[0]}-{band[1]}; stop state: {stop.state} {stop.reason}")
@@ -397,7 +418,66 @@ def cmd_report(args, settings) -> int:
     return 0
 
 
-COMMANDS = {"report": cmd_report, "compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
+def cmd_experience(args, settings) -> int:
+    from loop import experience
+
+    entries = experience.matching(experience.load(), args.kernel_class, args.backend, args.arch)
+    if args.action == "list":
+        rows = [{k: v for k, v in e.__dict__.items() if k != "schema"} for e in entries]
+        _emit(args, {"path": str(experience.path()), "entries": rows}, markdown_table(rows) if rows else "(no experience yet)")
+    elif args.action == "stats":
+        rows = experience.stats(entries)
+        _emit(args, {"path": str(experience.path()), "stats": rows}, markdown_table(rows) if rows else "(no experience yet)")
+    else:
+        if not (args.kernel_class and args.backend):
+            raise UserError("experience recommend needs --kernel-class and --backend")
+        rows = experience.recommend(experience.load(), args.kernel_class, args.backend, args.arch)
+        _emit(args, {"recommend": rows}, markdown_table(rows) if rows else "(no experience for this kind of kernel yet)")
+    return 0
+
+
+def cmd_playbook(args, settings) -> int:
+    import difflib
+
+    import playbook
+    from playbook.analysis import analyze
+
+    if args.action == "list":
+        rows = [{"id": r.id, "languages": ",".join(r.languages), "title": r.title} for r in playbook.recipes()]
+        _emit(args, {"recipes": rows}, markdown_table(rows))
+        return 0
+    if not args.recipe:
+        raise UserError(f"playbook {args.action} needs a recipe id; valid: {', '.join(r.id for r in playbook.recipes())}")
+    recipe = playbook.get(args.recipe)
+    if args.action == "show":
+        page = Path(playbook.__file__).parent / "pages" / f"{recipe.id}.md"
+        text = page.read_text() if page.exists() else f"# {recipe.id}\n\n{recipe.title}\n"
+        _emit(args, {"id": recipe.id, "title": recipe.title, "languages": list(recipe.languages), "page": text}, text)
+        return 0
+    if not args.target:
+        raise UserError("playbook apply needs a target file")
+    if not args.dry_run:
+        raise UserError("playbook apply only previews (--dry-run); use tileloop run or step to change a kernel")
+    path = Path(args.target)
+    if not path.is_file():
+        raise UserError(f"target {args.target} does not exist")
+    src = path.read_text()
+    an = analyze(src)
+    if an.language not in recipe.languages or not recipe.applies(an):
+        cands = []
+        note = f"{recipe.id} does not apply to this {an.language} {an.kernel_class} kernel"
+    else:
+        cands = recipe.candidates(src, an)
+        note = f"{len(cands)} candidate(s)" if cands else f"{recipe.id} did not recognise its pattern in {args.target}"
+    diffs = [{"key": c.key, "optimization": c.title, "hypothesis": c.hypothesis,
+              "diff": "".join(difflib.unified_diff(src.splitlines(True), c.source.splitlines(True),
+                                                   f"a/{args.target}", f"b/{args.target}"))} for c in cands]
+    _emit(args, {"recipe": recipe.id, "target": args.target, "kernel_class": an.kernel_class, "note": note, "candidates": diffs},
+          note + "".join(f"\n\n# {d['optimization']}: {d['hypothesis']}\n{d['diff']}" for d in diffs))
+    return 0
+
+
+COMMANDS = {"experience": cmd_experience, "playbook": cmd_playbook, "report": cmd_report, "compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
             "status": cmd_status, "history": cmd_history, "results": cmd_results}
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from loop import backends as backend_registry
-from loop import decide, gitops, history
+from loop import decide, experience, gitops, history
 from loop import state as st
 from loop.contract import load_kernel, source_hash
-from loop.errors import EnvironmentMismatch, UserError
+from loop.errors import EnvironmentMismatch, IntegrityError, UserError
 from loop.evaluate import (HarnessFailure, comparisons, compile_gate, compile_summary, guard_failures, measure,
                            require_available)
 from loop.records import BackendResult, Record, Row, append_record, atomic_write_text, read_records, render_perf_results
@@ -212,11 +212,33 @@ class Experiment:
         return record
 
     # ------------------------------------------------------------------ one iteration
+    def check_integrity(self) -> None:
+        """Only the target may change. Anything else is refused before it runs, set aside under
+        sandbox/<run>/refused/<time>/ (a patch, copies of new files) and restored; a changed
+        .git/config is restored from the run's snapshot."""
+        others, new = gitops.integrity_violations(self.root, self.state.target, set(self.state.untracked_at_start))
+        snap = self.dir / "git-config.snapshot"
+        git_config = Path(gitops.git_dir(self.root)) / "config"
+        config_changed = snap.exists() and git_config.read_bytes() != snap.read_bytes()
+        if not (others or new or config_changed):
+            return
+        where = self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        gitops.set_aside(self.root, others, new, where)
+        if config_changed:
+            where.mkdir(parents=True, exist_ok=True)
+            (where / "git-config").write_bytes(git_config.read_bytes())
+            git_config.write_bytes(snap.read_bytes())
+        listed = ", ".join((others + new + ([".git/config"] if config_changed else []))[:8])
+        raise IntegrityError(f"refused: the change touches files other than the target {self.state.target}: {listed}; "
+                             f"they were restored, the refused change is saved in {where.relative_to(self.root)}",
+                             hint="an iteration may change the target file only")
+
     def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
-                 allow_unchanged: bool = False) -> tuple[Record, decide.StopState]:
+                 allow_unchanged: bool = False, rationale: str = "", expected: str = "",
+                 kind: str = "agent") -> tuple[Record, decide.StopState]:
         """Commit and evaluate the working-tree version of the target (integrity checked first)."""
         self._check_position()
-        gitops.check_integrity(self.root, self.state.target, set(self.state.untracked_at_start))
+        self.check_integrity()
         cand_src = (self.root / self.state.target).read_text()
         inc_src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
         if cand_src == inc_src and not allow_unchanged:
@@ -253,7 +275,7 @@ class Experiment:
         record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
                               decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
                               cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
-        record = _with(record, compile=gate)
+        record = _with(record, compile=gate, rationale=rationale, expected=expected, kind=kind)
         atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
         self.stage("record")
         self._finish(record)
@@ -317,6 +339,8 @@ class Experiment:
         self.state.inflight = None
         self.save()
         self.render()
+        if n >= 1 and record.decision.get("verdict") != "interrupted":
+            self.remember(record)
         self.log(f"#{n} {record.optimization}: {record.status} ({record.decision.get('verdict')}) "
                  f"{record.decision.get('reason', '')}")
         return record
@@ -351,13 +375,53 @@ class Experiment:
             self.save()
             atomic_write_text(self.root / self.state.target, cand.source)
             self.stage("apply")
-            self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key)
+            self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key, kind=cand.kind)
             done_here += 1
         self.state.stopped = stop.to_json()
         self.save()
         self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
         self.progress_view.close()
         return stop
+
+    @property
+    def arch(self) -> str:
+        cap = self.state.env.get("capability")
+        return f"sm_{cap[0]}{cap[1]}" if cap else "cpu"
+
+    def remember(self, record: Record) -> None:
+        """One experience entry per finished experiment (never fatal: experience is advisory)."""
+        from playbook.analysis import analyze
+
+        try:
+            cls = analyze(gitops.show_file(self.root, self.state.best_commit, self.state.target)).kernel_class
+            experience.append(experience.Entry(
+                op=self.state.op, kernel_class=cls, language=self.state.language, backend=self.state.target_backend,
+                arch=self.arch, kind=record.kind or "agent", key=record.recipe or record.optimization,
+                optimization=record.optimization, outcome=record.status, verdict=str(record.decision.get("verdict")),
+                speedup=record.speedup, run=self.state.run_id, date=record.finished))
+        except OSError as exc:
+            self.log(f"experience not recorded: {exc}")
+
+    def suggestions(self, limit: int = 3) -> list[dict]:
+        """Next candidates from the playbook for the current best version, experience first."""
+        from playbook import next_candidate
+        from playbook.analysis import analyze
+
+        src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        an = analyze(src)
+        ranked = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
+        order = {r["kind"]: i for i, r in enumerate(ranked) if r["kept"]}
+        tried, out = list(self.state.tried), []
+        while len(out) < 3 * limit:
+            c = next_candidate(src, an, tried, self.state.demoted)
+            if c is None:
+                break
+            tried.append(c.key)
+            hist = next((r for r in ranked if r["kind"] == c.kind), None)
+            out.append({"recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
+                        "hypothesis": c.hypothesis, "experience": hist})
+        out.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: playbook order within equal rank
+        return out[:limit]
 
     def gpu_health(self) -> str | None:
         """None when the device answers a tiny round trip within a minute, else why not."""
@@ -468,7 +532,12 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     for hazard in scan(kernel.target_abs.read_text(), kernel.language):
         if hazard.severity != "info":
             log(f"Tile IR hazard: {kernel.target}:{hazard}")
-    branch = branch or default_branch(kernel.op)
+    if branch is None:  # a default name never collides: a second run in the same minute gets -2, -3, ...
+        base_name, n = default_branch(kernel.op), 1
+        branch = base_name
+        while gitops.branch_exists(root, branch) or st.state_path(root, branch.removeprefix("tileloop/")).exists():
+            n += 1
+            branch = f"{base_name}-{n}"
     if gitops.branch_exists(root, branch):
         raise UserError(f"branch {branch!r} already exists", hint="pass --branch NAME, or wait a minute for a new default name")
     gitops.check_branch_name(root, branch)
@@ -502,6 +571,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)
     exp.save()
+    (exp.dir / "git-config.snapshot").write_bytes((Path(gitops.git_dir(root)) / "config").read_bytes())
     st.set_current(root, run_id)
     log(f"run {run_id} on branch {branch}: target backend {chosen}; measuring the baseline")
     try:

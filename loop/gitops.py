@@ -88,20 +88,47 @@ def require_clean(root: Path) -> None:
         raise UserError(f"the working tree has tracked changes ({shown})", hint="commit or stash them first; tileloop never discards your work")
 
 
-def check_integrity(root: Path, target: str, allowed_untracked: set[str]) -> None:
-    """Only the target may differ from HEAD; no new untracked files may appear."""
+def integrity_violations(root: Path, target: str, allowed_untracked: set[str]) -> tuple[list[str], list[str]]:
+    """(tracked files other than the target that differ from HEAD, new untracked files)."""
     status = tree_status(root)
     others = [p for p in status.modified_tracked if p != target]
     new = [p for p in status.untracked if p not in allowed_untracked]
+    return others, new
+
+
+def check_integrity(root: Path, target: str, allowed_untracked: set[str]) -> None:
+    """Only the target may differ from HEAD; no new untracked files may appear."""
+    others, new = integrity_violations(root, target, allowed_untracked)
     if others or new:
         listed = ", ".join((others + new)[:8])
         raise IntegrityError(f"the change touches files other than the target {target}: {listed}",
                              hint="an iteration may change the target file only; revert the other files")
 
 
+def set_aside(root: Path, tracked: list[str], untracked: list[str], where: Path) -> None:
+    """Save a refused change (a patch of the tracked files, copies of new files) under `where`,
+    then restore those paths: the tree is back to HEAD everywhere except the target."""
+    import shutil
+
+    where.mkdir(parents=True, exist_ok=True)
+    with open_repo(root) as repo:
+        if tracked:
+            (where / "tracked.patch").write_text(repo.git.diff("HEAD", "--", *tracked) + "\n")
+            repo.git.checkout("HEAD", "--", *tracked)
+    for rel in untracked:
+        dest = where / "untracked" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(root / rel), dest)
+
+
 def is_tracked(root: Path, rel: str) -> bool:
     with open_repo(root) as repo:
         return bool(repo.git.ls_files("--", rel).strip())
+
+
+def git_dir(root: Path) -> str:
+    with open_repo(root) as repo:
+        return repo.git_dir
 
 
 def head_sha(root: Path) -> str:

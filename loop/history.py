@@ -43,6 +43,10 @@ def commit_message(record: Record, pending: bool = False) -> str:
     body = []
     if record.hypothesis:
         body.append(f"Hypothesis: {record.hypothesis}")
+    if record.rationale:
+        body.append(f"Rationale: {record.rationale}")
+    if record.expected:
+        body.append(f"Expected: {record.expected}")
     if record.decision and not pending:
         body.append(f"Decision: {record.status} ({record.decision.get('verdict')}): {record.decision.get('reason', '')}")
     return gitops.format_message(subject, "\n".join(body), trailers_for(record, pending))

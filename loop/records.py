@@ -83,6 +83,9 @@ class Record:
     commit: str | None
     parent: str | None
     hypothesis: str = ""
+    rationale: str = ""
+    expected: str = ""
+    kind: str = ""  # the variable the change touched (recipe kind), "agent" for hand edits
     recipe: str | None = None
     speedup: float | None = None
     decision: dict = field(default_factory=dict)

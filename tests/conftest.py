@@ -52,3 +52,9 @@ def kernel_repo(tmp_path, clean_env):
     clean_env.chdir(tmp_path)
     assert os.getcwd() == str(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _private_experience(tmp_path_factory, monkeypatch):
+    """Experience entries from tests go to a temporary file, never to the user's home."""
+    monkeypatch.setenv("TILELOOP_EXPERIENCE", str(tmp_path_factory.mktemp("experience") / "experience.jsonl"))
