@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("run", help="unattended: init, then one playbook candidate per iteration until a stop rule fires")
     start_opts(sp)
     sp.add_argument("--max-iters", type=positive_int, default=25, help="experiments after the baseline (default 25)")
+    sp.add_argument("--no-early-stop", action="store_true",
+                    help="overnight exploration: do not stop after two non-improvements or a sub-2%% gain; only "
+                         "--max-iters, --time-budget, an exhausted playbook or an escalation stop the run")
     common(sp, run_opt=False)
 
     sp = sub.add_parser("resume", help="repair an interrupted iteration and, for unattended runs, continue the loop")
@@ -158,7 +161,8 @@ def _emit(args, payload: dict, text: str) -> None:
 
 
 def _policy(args) -> decide.Policy:
-    return decide.Policy(max_iters=getattr(args, "max_iters", None) or 25, time_budget_s=getattr(args, "time_budget", None))
+    return decide.Policy(max_iters=getattr(args, "max_iters", None) or 25, time_budget_s=getattr(args, "time_budget", None),
+                         early_stop=not getattr(args, "no_early_stop", False))
 
 
 def _record_summary(rec) -> dict:

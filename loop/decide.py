@@ -43,6 +43,7 @@ class Policy:
     max_no_improve: int = 2
     max_crashes: int = 2
     time_budget_s: float | None = None
+    early_stop: bool = True  # False (--no-early-stop): only iterations, time, playbook or escalation stop a run
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -181,10 +182,10 @@ def stop_state(policy: Policy, progress: Progress) -> StopState:
     if len(crashes) >= policy.max_crashes:
         causes = ", ".join(progress.crash_causes[-policy.max_crashes:])
         return StopState("escalate", f"{policy.max_crashes} crashes in a row ({causes}): root cause unknown, needs a person")
-    if progress.last_verdict == "marginal":
+    if policy.early_stop and progress.last_verdict == "marginal":
         return StopState("stop", "last improvement below 2%: keep but stop")
     recent = tail[-policy.max_no_improve:]
-    if len(recent) >= policy.max_no_improve and all(o != "keep" for o in recent):
+    if policy.early_stop and len(recent) >= policy.max_no_improve and all(o != "keep" for o in recent):
         return StopState("stop", f"no improvement in {policy.max_no_improve} consecutive iterations")
     if progress.iterations >= policy.max_iters:
         return StopState("stop", f"reached {policy.max_iters} iterations")

@@ -364,7 +364,8 @@ class Experiment:
                 stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
                 break
             src = (self.root / self.state.target).read_text()
-            cand = next_candidate(src, analyze(src), self.state.tried, self.state.demoted)
+            cand = self._injected(self.state.last_iteration + 1) or next_candidate(src, analyze(src), self.state.tried,
+                                                                                    self.state.demoted)
             if cand is None:
                 stop = self.stop_state(exhausted=True)
                 break
@@ -382,6 +383,18 @@ class Experiment:
         self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
         self.progress_view.close()
         return stop
+
+    def _injected(self, n: int):
+        """A fault planted by TILELOOP_TEST_INJECT for iteration n (tests of unattended runs), once."""
+        from playbook import Candidate
+
+        for it, path in self.settings.test_inject:
+            key = f"fault-injection:{it}"
+            if it == n and key not in self.state.tried:
+                return Candidate("fault-injection", "fault", key, f"injected fault: {Path(path).stem}",
+                                 "a planted fault: it must be classified and reverted, and the run must go on",
+                                 Path(path).read_text())
+        return None
 
     @property
     def arch(self) -> str:

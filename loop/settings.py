@@ -41,6 +41,8 @@ class Settings:
     keep_worker_dirs: bool = True
     # fault injection for tests: the orchestrator SIGKILLs itself on entering this stage
     test_kill_at: str | None = None
+    # fault injection for unattended-run tests: iteration -> a file whose source replaces that candidate
+    test_inject: tuple[tuple[int, str], ...] = ()
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:
@@ -57,4 +59,12 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         if stage not in KILL_STAGES:
             raise UserError(f"TILELOOP_TEST_KILL_AT must be one of {', '.join(KILL_STAGES)}, got {stage!r}")
         kwargs["test_kill_at"] = stage
+    if env.get("TILELOOP_TEST_INJECT"):
+        pairs = []
+        for item in env["TILELOOP_TEST_INJECT"].split(","):
+            n, sep, path = item.partition(":")
+            if not sep or not n.strip().isdigit() or not path.strip():
+                raise UserError(f"TILELOOP_TEST_INJECT must look like 4:path/a.py,9:path/b.py, got {item!r}")
+            pairs.append((int(n), path.strip()))
+        kwargs["test_inject"] = tuple(pairs)
     return Settings(**kwargs)
