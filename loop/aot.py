@@ -56,8 +56,20 @@ def _patched(obj, name: str, value):
 def fake_cuda(torch, cap: int):
     """torch.cuda queries a launch wrapper may make, answered for the target architecture."""
     props = _FakeProps(cap)
+
+    class _Stream:  # streams and events a wrapper creates: inert, there is nothing to order here
+        def __init__(self, *a, **k):
+            pass
+
+        def wait_stream(self, *a):
+            pass
+
+        def synchronize(self):
+            pass
+
     with contextlib.ExitStack() as stack:
-        for name, value in (("current_stream", lambda *a, **k: None), ("current_device", lambda: 0),
+        for name, value in (("Stream", _Stream), ("Event", _Stream), ("stream", lambda *a, **k: contextlib.nullcontext()),
+                            ("current_stream", lambda *a, **k: None), ("current_device", lambda: 0),
                             ("get_device_capability", lambda *a: (props.major, props.minor)),
                             ("get_device_properties", lambda *a: props), ("is_available", lambda: True),
                             ("device_count", lambda: 1), ("synchronize", lambda *a: None)):

@@ -188,7 +188,10 @@ def markdown_table(rows: list[dict]) -> str:
     cols: list[str] = []
     for row in rows:
         cols += [k for k in row if k not in cols]
-    df = pd.DataFrame([{c: ("" if row.get(c) is None else row.get(c)) for c in cols} for row in rows], columns=cols)
+    def cell(v):
+        return "" if v is None else " ".join(v.split()) if isinstance(v, str) else v
+
+    df = pd.DataFrame([{c: cell(row.get(c)) for c in cols} for row in rows], columns=cols)
     return df.to_markdown(index=False, disable_numparse=True)
 
 
