@@ -206,6 +206,7 @@ class Experiment:
         append_record(self.results_path, record)
         self.state.best_commit, self.state.best_latency_ms = sha, target.latency_ms
         self.state.last_iteration, self.state.inflight = 0, None
+        self._mark_seen(src)
         self.state.active_s += record.wall_s
         self.save()
         self.render()
@@ -334,6 +335,7 @@ class Experiment:
         if record.status == "keep":
             self.state.best_commit, self.state.best_latency_ms = sha, record.latency_ms
             self.progress_view.update(best=record.latency_ms)
+            self._mark_seen(gitops.show_file(self.root, sha, self.state.target))
         self.state.last_iteration = n
         self.state.active_s += record.wall_s
         self.state.inflight = None
@@ -383,6 +385,12 @@ class Experiment:
         self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
         self.progress_view.close()
         return stop
+
+    def _mark_seen(self, source: str) -> None:
+        """A kept version's own values count as tried: a step down never returns to where we were."""
+        from playbook.base import current_keys
+
+        self.state.tried.extend(k for k in current_keys(source) if k not in self.state.tried)
 
     def _injected(self, n: int):
         """A fault planted by TILELOOP_TEST_INJECT for iteration n (tests of unattended runs), once."""

@@ -17,6 +17,7 @@ class Candidate:
     title: str  # the optimization text of the record, e.g. "num_warps 1 -> 2"
     hypothesis: str
     source: str  # the whole rewritten target
+    tier: int = 0  # 0: first-line moves; 1: second thoughts (e.g. a step back down), tried after every tier-0 move
 
 
 class Recipe(Protocol):
@@ -54,7 +55,8 @@ def get(recipe_id: str) -> Recipe:
 
 
 def _load() -> None:
-    from playbook import cutile_hints, launch  # noqa: F401  (they register on import)
+    from playbook import (autotune, cutile_hints, cutile_knobs, eviction, fastmath, grouped,  # noqa: F401
+                          launch)  # (they register on import)
 
 
 def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str]) -> Candidate | None:
@@ -65,5 +67,18 @@ def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demote
             pool.extend(c for c in recipe.candidates(source, analysis) if c.key not in tried)
     order = analysis.priority()
     rank = {kind: i for i, kind in enumerate(order)}
-    pool.sort(key=lambda c: (c.kind in demoted, rank.get(c.kind, len(order))))
+    pool.sort(key=lambda c: (c.kind in demoted, c.tier, rank.get(c.kind, len(order))))
     return pool[0] if pool else None
+
+
+def current_keys(source: str) -> list[str]:
+    """Candidate keys that describe the source as it is (recipes that offer `current_keys`)."""
+    keys: list[str] = []
+    for recipe in recipes():
+        fn = getattr(recipe, "current_keys", None)
+        if fn is not None:
+            try:
+                keys.extend(fn(source))
+            except Exception:  # a recipe that cannot parse this source proposes nothing for it either
+                continue
+    return keys

@@ -5,6 +5,11 @@ and power-of-two UPPERCASE constexprs (block sizes), proposes the next step up. 
 as a module-level constant (`BLOCK = 128`, used by both grid and launch) is changed at its
 definition, so the grid stays consistent; a literal is changed in place. Rewrites use libcst,
 so formatting and comments are preserved.
+
+A launch that sets `num_warps` but not `num_stages`, of a kernel that has a loop, runs with the
+backend's default number of stages (3 for both the PTX and the Tile IR backend of Triton 3.6);
+for it the recipe proposes adding `num_stages=4`, the step up from that default. (Adding the
+default itself, `num_stages=3`, would compile the same kernel and measure only noise.)
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
+from playbook.cst_util import add_kwarg, aliases, has_kwarg, has_loop, replace, triton_kernels, triton_launches, walk
 
 LIMITS = {"num_warps": 16, "num_stages": 5, "block": 16384}
+DEFAULT_NUM_STAGES = 3  # Triton 3.6: CUDAOptions.num_stages, and TileIROptions.num_stages in nvtriton
+ADDED_NUM_STAGES = DEFAULT_NUM_STAGES + 1
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,15 @@ def _next_value(site: Site) -> int | None:
     return new if new <= LIMITS[site.kind] else None
 
 
+def _prev_value(site: Site) -> int | None:
+    """One step down: after climbing, the best point may lie between; never below the floors."""
+    new = site.value - 1 if site.kind == "num_stages" else site.value // 2
+    return new if new >= FLOORS[site.kind] else None
+
+
+FLOORS = {"num_warps": 1, "num_stages": 1, "block": 16}
+
+
 @register
 class LaunchParam:
     id = "launch-param"
@@ -127,8 +144,9 @@ class LaunchParam:
     def candidates(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = cst.parse_module(source)
         out = []
-        for site in self.sites(source):
-            new = _next_value(site)
+        steps = [(site, _next_value(site), 0) for site in self.sites(source)]
+        steps += [(site, _prev_value(site), 1) for site in self.sites(source)]  # step-downs: after every step-up
+        for site, new, tier in steps:
             if new is None:
                 continue
             transformer = _SetConstant(site.constant, new) if site.constant else _SetLiteral(site.kw, new)
@@ -138,5 +156,31 @@ class LaunchParam:
             cst.parse_module(rewritten)  # the rewrite must parse
             label = site.constant or site.kw
             out.append(Candidate(self.id, site.kind, f"{self.id}:{site.kw}={new}", f"{label} {site.value} -> {new}",
-                                 HYPOTHESES[site.kind].format(old=site.value, new=new), rewritten))
+                                 HYPOTHESES[site.kind].format(old=site.value, new=new), rewritten, tier))
+        if not any(c.kind == "num_stages" for c in out):
+            out.extend(self.added_stages(source, module))
         return out
+
+    def current_keys(self, source: str) -> list[str]:
+        """Keys of the values the source already has: a kept version's values are never proposed again."""
+        return [f"{self.id}:{site.kw}={site.value}" for site in self.sites(source)]
+
+    def added_stages(self, source: str, module: cst.Module) -> list[Candidate]:
+        """`num_stages=4` added to the first launch that sets num_warps but not num_stages, of a
+        kernel with a loop (software pipelining needs a loop to pipeline)."""
+        kernels = triton_kernels(module, aliases(module))
+        for launch in triton_launches(module, kernels):
+            call = launch.call
+            if has_kwarg(call, "num_warps") and not has_kwarg(call, "num_stages") and has_loop(kernels[launch.kernel]):
+                new = ADDED_NUM_STAGES
+                code = replace(module, {call: lambda upd: add_kwarg(upd, "num_stages", cst.Integer(str(new)))}).code
+                cst.parse_module(code)
+                hypothesis = HYPOTHESES["num_stages"].format(old=f"{DEFAULT_NUM_STAGES} (default)", new=new)
+                if not any(n.attr.value == "dot" for n in walk(kernels[launch.kernel].body)
+                           if isinstance(n, cst.Attribute)):
+                    hypothesis = (f"{DEFAULT_NUM_STAGES} (default) -> {new} stages on a loop without tl.dot: Triton 3.6's "
+                                  f"PTX backend does not pipeline such loops (identical code, ~0 expected there); the "
+                                  f"Tile IR backend takes num_stages as a cost hint: expect 0-5% there")
+                return [Candidate(self.id, "num_stages", f"{self.id}:num_stages={new}",
+                                  f"{launch.kernel}: num_stages (default {DEFAULT_NUM_STAGES}) -> {new}", hypothesis, code)]
+        return []

@@ -23,10 +23,10 @@ def candidates(recipe_id: str, source: str):
 
 
 def by_kind(cands) -> dict:
+    """The step-up candidate of each kind (launch-param lists step-ups first, then step-downs)."""
     out = {}
     for c in cands:
-        assert c.kind not in out, f"two candidates of kind {c.kind}"
-        out[c.kind] = c
+        out.setdefault(c.kind, c)
     return out
 
 
@@ -110,8 +110,9 @@ def test_launch_param_rewrites_literals_in_place():
     assert (cands["num_stages"].title, cands["num_stages"].key) == ("num_stages 2 -> 3", "launch-param:num_stages=3")
 
 
-def test_launch_param_values_at_their_limits_give_no_candidate():
-    assert candidates("launch-param", literal(block=16384, warps=16, stages=5)) == []
+def test_launch_param_values_at_their_limits_give_no_step_up():
+    cands = candidates("launch-param", literal(block=16384, warps=16, stages=5))
+    assert sorted(c.title for c in cands) == ["BLOCK 16384 -> 8192", "num_stages 5 -> 4", "num_warps 16 -> 8"]
 
 
 def test_launch_param_one_below_the_limits():
@@ -120,11 +121,11 @@ def test_launch_param_one_below_the_limits():
         "BLOCK 8192 -> 16384", "num_warps 8 -> 16", "num_stages 4 -> 5")
 
 
-def test_launch_param_constants_at_their_limits_give_no_candidate():
+def test_launch_param_constants_at_their_limits_give_no_step_up():
     source = VECTOR_ADD_TRITON.read_text()
     source = one_line_changed(source, "BLOCK = 128", "BLOCK = 16384")
     source = one_line_changed(source, "NUM_WARPS = 1", "NUM_WARPS = 16")
-    assert candidates("launch-param", source) == []
+    assert sorted(c.title for c in candidates("launch-param", source)) == ["BLOCK 16384 -> 8192", "NUM_WARPS 16 -> 8"]
 
 
 def test_launch_param_does_not_apply_to_cutile():
@@ -252,7 +253,9 @@ def test_next_candidate_skips_tried_keys(known_recipes):
     source = VECTOR_ADD_TRITON.read_text()
     a = analyze(source)
     assert next_candidate(source, a, tried=["launch-param:BLOCK=256"], demoted=[]).key == "launch-param:num_warps=2"
-    assert next_candidate(source, a, tried=["launch-param:BLOCK=256", "launch-param:num_warps=2"], demoted=[]) is None
+    tried = ["launch-param:BLOCK=256", "launch-param:num_warps=2"]
+    assert next_candidate(source, a, tried=tried, demoted=[]).key == "launch-param:BLOCK=64"  # second thoughts last
+    assert next_candidate(source, a, tried=tried + ["launch-param:BLOCK=64"], demoted=[]) is None
 
 
 def test_next_candidate_puts_demoted_kinds_last(known_recipes):
@@ -297,3 +300,17 @@ def test_registry_ids():
     assert {"launch-param", "cutile-hint"} <= ids
     assert playbook.get("launch-param").languages == ("triton",)
     assert playbook.get("cutile-hint").languages == ("cutile",)
+
+
+def test_launch_param_steps_down_after_up_and_never_back_to_seen_values():
+    from playbook.base import current_keys
+
+    source = VECTOR_ADD_TRITON.read_text().replace("BLOCK = 128", "BLOCK = 512").replace("NUM_WARPS = 1", "NUM_WARPS = 4")
+    keys = [c.key for c in candidates("launch-param", source)]
+    assert keys.index("launch-param:BLOCK=1024") < keys.index("launch-param:BLOCK=256")
+    assert keys.index("launch-param:num_warps=8") < keys.index("launch-param:num_warps=2")
+    down = next(c for c in candidates("launch-param", source) if c.key == "launch-param:BLOCK=256")
+    assert changed_lines(source, down.source) == [("BLOCK = 512", "BLOCK = 256")] and down.title == "BLOCK 512 -> 256"
+    assert {"launch-param:BLOCK=512", "launch-param:num_warps=4"} <= set(current_keys(source))
+    floor = VECTOR_ADD_TRITON.read_text().replace("BLOCK = 128", "BLOCK = 16")
+    assert "launch-param:BLOCK=8" not in [c.key for c in candidates("launch-param", floor)]

@@ -1,0 +1,312 @@
+"""libcst helpers shared by the recipes: import aliases, kernels, launches, keyword arguments.
+
+Recipes recognise their pattern structurally (libcst nodes, resolved scopes), never by regex on
+source text. A recipe that meets something it does not understand raises `Skip` internally and
+proposes nothing; `skip_reason` exposes why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ScopeProvider
+
+
+class Skip(Exception):
+    """The recipe does not recognise its pattern here; the message says what was missing."""
+
+
+def parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise Skip(f"source does not parse: {exc.message}") from None
+
+
+def checked(source: str) -> str:
+    """The rewritten source, after checking that it parses (a recipe never emits broken code)."""
+    cst.parse_module(source)
+    compile(source, "<candidate>", "exec")
+    return source
+
+
+# ----------------------------------------------------------------------------------- aliases
+
+
+@dataclass(frozen=True)
+class Aliases:
+    triton: str | None  # `import triton` -> "triton"
+    tl: str | None  # `import triton.language as tl` -> "tl"
+    ct: str | None  # `import cuda.tile as ct` -> "ct"
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def aliases(module: cst.Module) -> Aliases:
+    found: dict[str, str] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Import):
+                continue
+            for name in small.names:
+                dotted = _dotted(name.name)
+                if name.asname is not None and isinstance(name.asname.name, cst.Name):
+                    local = name.asname.name.value
+                elif dotted and "." not in dotted:
+                    local = dotted
+                else:
+                    continue  # `import a.b` binds `a`, not `a.b`: not an alias we can use
+                if dotted in ("triton", "triton.language", "cuda.tile"):
+                    found[dotted] = local
+    return Aliases(found.get("triton"), found.get("triton.language"), found.get("cuda.tile"))
+
+
+def is_attr(node: cst.BaseExpression, base: str | None, *attrs: str) -> bool:
+    """`node` is `base.attr` for one of `attrs` (base is a module alias)."""
+    return (base is not None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+            and node.value.value == base and node.attr.value in attrs)
+
+
+def is_call(node: cst.CSTNode, base: str | None, *attrs: str) -> bool:
+    return isinstance(node, cst.Call) and is_attr(node.func, base, *attrs)
+
+
+# ----------------------------------------------------------------------------------- kernels
+
+
+def _decorator_target(dec: cst.Decorator) -> cst.BaseExpression:
+    return dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+
+
+def is_triton_jit(dec: cst.Decorator, al: Aliases) -> bool:
+    return is_attr(_decorator_target(dec), al.triton, "jit")
+
+
+def is_triton_decorator(dec: cst.Decorator, al: Aliases, *names: str) -> bool:
+    return is_attr(_decorator_target(dec), al.triton, *names)
+
+
+def is_ct_kernel(dec: cst.Decorator, al: Aliases) -> bool:
+    return is_attr(_decorator_target(dec), al.ct, "kernel")
+
+
+def module_functions(module: cst.Module) -> list[cst.FunctionDef]:
+    return [s for s in module.body if isinstance(s, cst.FunctionDef)]
+
+
+def triton_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
+    return {f.name.value: f for f in module_functions(module) if any(is_triton_jit(d, al) for d in f.decorators)}
+
+
+def cutile_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
+    return {f.name.value: f for f in module_functions(module) if any(is_ct_kernel(d, al) for d in f.decorators)}
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `node` (itself included), depth first, in source order."""
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+def calls(node: cst.CSTNode, base: str | None, *attrs: str) -> list[cst.Call]:
+    return [n for n in walk(node) if is_call(n, base, *attrs)]
+
+
+def has_loop(fn: cst.FunctionDef) -> bool:
+    return any(isinstance(n, (cst.For, cst.While)) for n in walk(fn.body))
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+
+
+def params(fn: cst.FunctionDef) -> list[cst.Param]:
+    p = fn.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
+def is_constexpr(param: cst.Param, al: Aliases) -> bool:
+    ann = param.annotation.annotation if param.annotation is not None else None
+    return ann is not None and (is_attr(ann, al.tl, "constexpr") or (isinstance(ann, cst.Name) and ann.value == "constexpr"))
+
+
+def int_value(node: cst.BaseExpression, constants: dict[str, int]) -> tuple[int, str | None] | None:
+    """(value, constant name) of an int literal or a module-level int constant, else None."""
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value), None
+    if isinstance(node, cst.Name) and node.value in constants:
+        return constants[node.value], node.value
+    return None
+
+
+def module_int_constants(module: cst.Module) -> dict[str, int]:
+    out = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Integer)):
+                    out[small.targets[0].target.value] = int(small.value.evaluated_value)
+    return out
+
+
+def global_references(module: cst.Module) -> dict[str, list[cst.CSTNode]]:
+    """For each module-level binding, the Name nodes (of `module` itself) that read it."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    scope = wrapper.resolve(ScopeProvider)[module]
+    out: dict[str, list[cst.CSTNode]] = {}
+    for assignment in scope.assignments:
+        out.setdefault(assignment.name, []).extend(access.node for access in assignment.references)
+    return out
+
+
+# ----------------------------------------------------------------------------------- launches
+
+
+@dataclass(frozen=True)
+class Launch:
+    wrapper: cst.FunctionDef  # the host function holding the launch
+    call: cst.Call  # kernel[grid](...)
+    kernel: str
+
+    @property
+    def grid(self) -> cst.BaseExpression:
+        sub = self.call.func
+        assert isinstance(sub, cst.Subscript)
+        elem = sub.slice[0].slice
+        assert isinstance(elem, cst.Index)
+        return elem.value
+
+    def kwarg(self, name: str) -> cst.Arg | None:
+        return next((a for a in self.call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def triton_launches(module: cst.Module, kernels: Iterable[str]) -> list[Launch]:
+    """`kernel[grid](...)` calls of the given kernels inside module-level functions."""
+    names = set(kernels)
+    out = []
+    for fn in module_functions(module):
+        for node in walk(fn.body):
+            if (isinstance(node, cst.Call) and isinstance(node.func, cst.Subscript)
+                    and isinstance(node.func.value, cst.Name) and node.func.value.value in names
+                    and len(node.func.slice) == 1 and isinstance(node.func.slice[0].slice, cst.Index)):
+                out.append(Launch(fn, node, node.func.value.value))
+    return out
+
+
+# ----------------------------------------------------------------------------------- keyword args
+
+
+def _no_space_equal() -> cst.AssignEqual:
+    return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=_no_space_equal())
+
+
+def has_kwarg(call: cst.Call, name: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == name for a in call.args)
+
+
+def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """`call` with `name=value` appended (replacing an existing `name=`), formatting kept."""
+    args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == name)]
+    new = kwarg(name, value)
+    if args:
+        last = args[-1]
+        if isinstance(last.comma, cst.Comma):  # trailing comma: the new argument goes after it, with one too
+            new = new.with_changes(comma=last.comma)
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        else:
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new])
+
+
+def remove_kwargs(call: cst.Call, names: set[str]) -> cst.Call:
+    """`call` without the keyword arguments in `names`; the new last argument keeps the old
+    last argument's trailing comma (or none)."""
+    args = list(call.args)
+    kept = [a for a in args if not (a.keyword is not None and a.keyword.value in names)]
+    if kept and args and kept[-1] is not args[-1]:
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+    return call.with_changes(args=kept)
+
+
+def kwarg_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    return arg.value if arg is not None else None
+
+
+class ReplaceNodes(cst.CSTTransformer):
+    """Replace given original nodes (by identity) with new ones, or with what a function makes of them."""
+
+    def __init__(self, mapping: dict[cst.CSTNode, cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]]):
+        self.mapping = mapping
+
+    def on_leave(self, original, updated):
+        if original in self.mapping:
+            new = self.mapping[original]
+            return new(updated) if callable(new) else new
+        return updated
+
+
+def replace(module: cst.Module, mapping: dict) -> cst.Module:
+    return module.visit(ReplaceNodes(mapping))
+
+
+def leading_blank_trim(lines: list[cst.EmptyLine], keep: int = 2) -> list[cst.EmptyLine]:
+    """At most `keep` blank lines in a row (comments are kept)."""
+    out: list[cst.EmptyLine] = []
+    run = 0
+    for line in lines:
+        blank = line.comment is None
+        run = run + 1 if blank else 0
+        if not blank or run <= keep:
+            out.append(line)
+    return out
+
+
+# ----------------------------------------------------------------------------------- recipes
+
+
+class PatternRecipe:
+    """Base for recipes that recognise a source pattern: `propose` raises `Skip` (with the reason)
+    where the pattern is absent or unsafe to rewrite; `candidates` then returns [] without error."""
+
+    id: str
+    title: str
+    languages: tuple[str, ...]
+
+    def applies(self, analysis) -> bool:
+        return analysis.language in self.languages
+
+    def propose(self, source: str, analysis) -> list:
+        raise NotImplementedError
+
+    def candidates(self, source: str, analysis) -> list:
+        try:
+            return self.propose(source, analysis)
+        except Skip:
+            return []
+
+    def skip_reason(self, source: str, analysis) -> str | None:
+        """Why this recipe proposes nothing for `source` (None when it proposes something)."""
+        if not self.applies(analysis):
+            return f"{self.id} does not apply to a {analysis.language} {analysis.kernel_class} kernel"
+        try:
+            return None if self.propose(source, analysis) else "every candidate is already in place"
+        except Skip as exc:
+            return str(exc)

@@ -1,0 +1,135 @@
+"""Recipe `eviction-policy`: `eviction_policy="evict_first"` on loads of streaming data.
+
+Data that a program reads once and no other program reads again gains nothing from staying in
+L2; marking it evict-first leaves L2 to data that is reused. Which loads qualify:
+
+* element-wise kernels: every `tl.load` (each element is read once, by one program);
+* reductions and norm-like kernels: loads of a buffer that the kernel reads at one site only,
+  at an address that depends on the program id (a row read in one pass). Buffers read by every
+  program (a weight vector) or read again in a later pass (softmax, layernorm) are left alone;
+* dot kernels: none (their tiles are re-read by other programs).
+
+Loads that already carry an eviction policy are left alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from playbook.analysis import Analysis
+from playbook.base import Candidate, register
+from playbook.cst_util import (PatternRecipe, Skip, add_kwarg, aliases, calls, checked, has_kwarg, is_call, names_in,
+                               params, parse, replace, triton_kernels, walk)
+
+POLICY = "evict_first"
+
+
+def assignments(fn: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+    """Every expression assigned to each local name (plain, augmented, for-loop targets)."""
+    out: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(fn.body):
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                for name in _target_names(t.target):
+                    out.setdefault(name, []).append(node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+            for name in _target_names(node.target):
+                out.setdefault(name, []).append(node.value)
+        elif isinstance(node, cst.For):
+            for name in _target_names(node.target):
+                out.setdefault(name, []).append(node.iter)
+    return out
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []
+
+
+def depends_on(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], roots: set[str]) -> bool:
+    """Whether `expr` reads (through local assignments) a name in `roots`."""
+    seen: set[str] = set()
+    todo = list(names_in(expr))
+    while todo:
+        name = todo.pop()
+        if name in roots:
+            return True
+        if name in seen:
+            continue
+        seen.add(name)
+        for value in assigned.get(name, []):
+            todo.extend(names_in(value))
+    return False
+
+
+def base_pointer(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]],
+                 pointers: set[str]) -> str | None:
+    """The pointer parameter an address is computed from: `x_row + cols` with `x_row = x_ptr + ...` -> x_ptr."""
+    seen: set[str] = set()
+    while True:
+        if isinstance(expr, cst.Name):
+            if expr.value in pointers:
+                return expr.value
+            values = assigned.get(expr.value, [])
+            if expr.value in seen or not values:
+                return None
+            seen.add(expr.value)
+            found = {base_pointer(v, assigned, pointers) for v in values}
+            return found.pop() if len(found) == 1 else None
+        if isinstance(expr, cst.BinaryOperation):
+            left = base_pointer(expr.left, assigned, pointers)
+            return left if left is not None else base_pointer(expr.right, assigned, pointers)
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value
+        else:
+            return None
+
+
+@register
+class EvictionPolicy(PatternRecipe):
+    id = "eviction-policy"
+    title = 'eviction_policy="evict_first" on loads of data read once (streaming)'
+    languages = ("triton",)
+
+    def applies(self, analysis: Analysis) -> bool:
+        return analysis.language == "triton" and analysis.kernel_class != "dot"
+
+    def streaming_loads(self, module: cst.Module, analysis: Analysis) -> list[cst.Call]:
+        al = aliases(module)
+        if not al.tl:
+            raise Skip("needs `import triton.language as tl`")
+        kernels = triton_kernels(module, al)
+        if not kernels:
+            raise Skip("no @triton.jit kernel")
+        out: list[cst.Call] = []
+        for fn in kernels.values():
+            loads = [c for c in calls(fn.body, al.tl, "load") if c.args and c.args[0].keyword is None]
+            if analysis.kernel_class == "element-wise":
+                out.extend(loads)
+                continue
+            assigned = assignments(fn)
+            pointers = {p.name.value for p in params(fn)}
+            pid = {name for name, values in assigned.items()
+                   if any(is_call(n, al.tl, "program_id") for v in values for n in walk(v))}
+            bases = [base_pointer(c.args[0].value, assigned, pointers) for c in loads]
+            for call, base in zip(loads, bases):
+                if base is not None and bases.count(base) == 1 and depends_on(call.args[0].value, assigned, pid):
+                    out.append(call)
+        return out
+
+    def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
+        if analysis.kernel_class == "dot":
+            raise Skip("dot kernels re-read their tiles from other programs: not streaming")
+        module = parse(source)
+        loads = [c for c in self.streaming_loads(module, analysis) if not has_kwarg(c, "eviction_policy")]
+        if not loads:
+            raise Skip("no streaming tl.load without an eviction policy")
+        mapping = {c: (lambda upd: add_kwarg(upd, "eviction_policy", cst.SimpleString(f'"{POLICY}"'))) for c in loads}
+        code = checked(replace(module, mapping).code)
+        return [Candidate(self.id, "eviction", f"{self.id}:{POLICY}",
+                          f'eviction_policy="{POLICY}" on {len(loads)} streaming load(s)',
+                          f"{len(loads)} load(s) of data read once marked evict-first: L2 keeps reused data instead; "
+                          f"expect 0-5% on memory-bound shapes larger than L2, ~0 on small ones", code)]
