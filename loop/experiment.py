@@ -459,6 +459,7 @@ class Experiment:
         if not inflight:
             return None
         n = inflight["iteration"]
+        interrupted_at = inflight.get("stage")
         if n == 0:
             raise UserError("the run was interrupted during its baseline; start a new run with tileloop init")
         workdir = self.iter_dir(n)
@@ -497,7 +498,7 @@ class Experiment:
                                        "interrupted" if self.state.availability[name]["available"] else self.state.availability[name]["reason"],
                                        timing_label=backend_registry.get(name).timing_label)
                    for name in self.state.backends}
-        decision = decide.Decision("crash", "interrupted", f"the run was interrupted at stage {inflight.get('stage')}")
+        decision = decide.Decision("crash", "interrupted", f"the run was interrupted at stage {interrupted_at}")
         self.state.outcomes.append("crash")
         self.state.verdicts.append("interrupted")
         self.state.crash_causes.append("interrupted")
