@@ -356,6 +356,22 @@ def _tileiras_facts() -> dict:
 # --------------------------------------------------------------------------- backend proof
 
 
+def _pin_autotune_to_first_config() -> None:
+    """Triton's autotuner benchmarks on a GPU driver, which the interpreter does not have: under
+    the interpreter an autotuned kernel runs its first config (interpreter timings say nothing
+    about configs anyway; correctness of each config is what the CPU can check)."""
+    from triton.runtime.autotuner import Autotuner
+
+    real = Autotuner.run
+
+    def first_config(self, *args, **kwargs):
+        if len(self.configs) > 1:
+            self.configs = self.configs[:1]
+        return real(self, *args, **kwargs)
+
+    Autotuner.run = first_config
+
+
 CUTILE_COMPILES: list[dict] = []
 
 
@@ -449,6 +465,8 @@ def run_job(job: dict) -> dict:
     sys.path.insert(0, job["target_dir"])
     if job["backend"] == "cutile":
         _watch_cutile_compiles()
+    if job["backend"] == "interpreter":
+        _pin_autotune_to_first_config()
     spec = load_module("tileloop_spec", Path(job["spec"]))
     harness = Harness(torch, spec, device, clock)
     modules: dict[str, Any] = {}
