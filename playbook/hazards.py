@@ -54,8 +54,11 @@ def _base_name(expr: ast.AST) -> str | None:
             expr = expr.left
         elif isinstance(expr, ast.Subscript):
             expr = expr.value
-        elif isinstance(expr, ast.Call) and _attr_name(expr.func) in ("advance", "make_block_ptr") and expr.args:
-            expr = expr.args[0]
+        elif isinstance(expr, ast.Call) and _attr_name(expr.func) in ("advance", "make_block_ptr"):
+            base = next((k.value for k in expr.keywords if k.arg == "base"), None)
+            if base is None and not expr.args:
+                return None
+            expr = base if base is not None else expr.args[0]
         else:
             return None
 

@@ -90,11 +90,23 @@ class _SetConstant(cst.CSTTransformer):
 
 
 class _SetLiteral(cst.CSTTransformer):
+    """Rewrite the literal keyword of the first launch that has it (the site `_Collect` found):
+    one candidate changes one launch, never every launch that happens to use the same name."""
+
     def __init__(self, kw: str, value: int):
-        self.kw, self.value = kw, value
+        self.kw, self.value, self.first = kw, value, None
+
+    def _matches(self, node: cst.Call) -> bool:
+        return isinstance(node.func, cst.Subscript) and any(
+            a.keyword is not None and a.keyword.value == self.kw and isinstance(a.value, cst.Integer) for a in node.args)
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if self.first is None and self._matches(node):
+            self.first = node
+        return True
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if not isinstance(updated.func, cst.Subscript):
+        if original is not self.first:
             return updated
         args = [a.with_changes(value=cst.Integer(str(self.value)))
                 if a.keyword is not None and a.keyword.value == self.kw and isinstance(a.value, cst.Integer) else a

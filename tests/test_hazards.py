@@ -199,8 +199,6 @@ def k(x_ptr, n, BLOCK: tl.constexpr):
     assert summary(scan(src, "triton")) == [(9, "warning", "aliasing")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG in playbook/hazards.py _base_name: tl.make_block_ptr(base=x_ptr, ...) with "
-                                        "keyword arguments (the usual style) is not traced back to x_ptr")
 def test_aliasing_through_a_block_pointer_made_with_keywords():
     src = """\
 import triton

@@ -133,9 +133,6 @@ def test_launch_param_does_not_apply_to_cutile():
     assert not playbook.get("launch-param").applies(analyze(source))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG in playbook/launch.py _SetLiteral: a literal keyword is rewritten in every "
-                                        "kernel[grid](...) launch, so a second launch's BLOCK=64 becomes 256 in the "
-                                        "candidate 'BLOCK 128 -> 256' (two variables changed, one of them 4x)")
 def test_launch_param_literal_changes_only_the_launch_it_names():
     source = """\
 import triton
