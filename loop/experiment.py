@@ -198,7 +198,7 @@ class Experiment:
             raise UserError(f"the baseline fails on a guard backend: {'; '.join(bad)}")
         record = Record(run=self.state.run_id, iteration=0, optimization="baseline", status="keep", correctness="PASS",
                         latency_ms=target.latency_ms, target_backend=self.state.target_backend, backends=results,
-                        commit=None, parent=self.state.base_commit, hypothesis="", env=self.state.env,
+                        commit=None, parent=self.state.base_commit, hypothesis="", env=portable_env(self.state.env),
                         source_hash=source_hash(src), started=started, finished=_now(), wall_s=round(time.monotonic() - t0, 3),
                         decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate)
         sha = gitops.commit(self.root, history.commit_message(record), [], allow_empty=True)
@@ -308,7 +308,7 @@ class Experiment:
         return Record(run=self.state.run_id, iteration=n, optimization=optimization, status=status, correctness=correctness,
                       latency_ms=latency, target_backend=self.state.target_backend, backends=results, commit=None,
                       parent=parent or self.state.best_commit, hypothesis=hypothesis, recipe=key or recipe, speedup=speedup,
-                      decision=decision, stop=stop, failure=failure, env=self.state.env, source_hash=source_hash(src),
+                      decision=decision, stop=stop, failure=failure, env=portable_env(self.state.env), source_hash=source_hash(src),
                       started=started, finished=_now(), wall_s=round(wall, 3))
 
     def _finish(self, record: Record) -> Record:
@@ -518,6 +518,11 @@ class Experiment:
         if diff:
             raise EnvironmentMismatch(f"this run was measured on a different machine or toolchain ({'; '.join(diff)})",
                                       hint="start a new run with tileloop init; results from two setups are not comparable")
+
+
+def portable_env(env: dict) -> dict:
+    """The environment as records keep it: tools by name and version, not by where they were installed."""
+    return {k: (os.path.basename(v) if k in ("tileiras", "ncu") and isinstance(v, str) else v) for k, v in env.items()}
 
 
 def guard_failures_from(results: dict[str, BackendResult], target_backend: str) -> list[str]:
