@@ -71,6 +71,14 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
                          backend.timing_label, proof, shapes, rel_dir)
 
 
+def not_run(name: str, availability: dict[str, dict], reason: str) -> BackendResult:
+    """A backend that produced no measurement: unavailable (with its own reason) or not run (with `reason`)."""
+    av, backend = availability.get(name, {"available": False, "reason": "not probed"}), backend_registry.get(name)
+    if not av["available"]:
+        return BackendResult(name, False, "unavailable", av["reason"], timing_label=backend.timing_label)
+    return BackendResult(name, True, "not_run", reason, timing_label=backend.timing_label)
+
+
 def comparisons(raw: dict, policy: decide.Policy) -> list[decide.ShapeComparison]:
     return [decide.compare_shape(s["shape"], s["impls"]["incumbent"]["samples_ms"], s["impls"]["candidate"]["samples_ms"], policy)
             for s in raw["timing"]["shapes"]]
@@ -100,13 +108,9 @@ def measure(
     raw_all: dict[str, dict] = {}
     stop_reason = None
     for name in order:
-        av = availability.get(name, {"available": False, "reason": "not probed"})
         backend = backend_registry.get(name)
-        if not av["available"]:
-            results[name] = BackendResult(name, False, "unavailable", av["reason"], timing_label=backend.timing_label)
-            continue
-        if stop_reason:
-            results[name] = BackendResult(name, True, "not_run", stop_reason, timing_label=backend.timing_label)
+        if not availability.get(name, {}).get("available") or stop_reason:
+            results[name] = not_run(name, availability, stop_reason or "")
             continue
         if on_stage:
             on_stage(f"measure {name}")

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import re
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,7 +23,7 @@ from loop import state as st
 from loop.contract import load_kernel, source_hash
 from loop.errors import EnvironmentMismatch, IntegrityError, UserError
 from loop.evaluate import (HarnessFailure, comparisons, compile_gate, compile_summary, guard_failures, measure,
-                           require_available)
+                           not_run, require_available)
 from loop.records import BackendResult, Record, Row, append_record, atomic_write_text, read_records, render_perf_results
 from loop.sandbox import run_worker
 from loop.progress import ProgressView, plain_log
@@ -158,16 +157,11 @@ class Experiment:
             gate = {"status": raw["status"], "archs": self.state.archs, "rows": compile_summary(raw)}
             if raw["status"] != "ok":
                 reason = f"ahead-of-time compile failed: {raw.get('message', '')}"[:500]
-                results = {}
-                for name in self.state.backends:
-                    av, b = self.state.availability[name], backend_registry.get(name)
-                    if not av["available"]:
-                        results[name] = BackendResult(name, False, "unavailable", av["reason"], timing_label=b.timing_label)
-                    elif name == self.state.target_backend:
-                        results[name] = BackendResult(name, True, raw["status"], reason, correctness="FAIL",
-                                                      timing_label=b.timing_label, worker_dir=str(workdir.relative_to(self.root)))
-                    else:
-                        results[name] = BackendResult(name, True, "not_run", "compile gate failed", timing_label=b.timing_label)
+                results = {name: not_run(name, self.state.availability, "compile gate failed") for name in self.state.backends}
+                tb = self.state.target_backend
+                results[tb] = BackendResult(tb, True, raw["status"], reason, correctness="FAIL",
+                                            timing_label=backend_registry.get(tb).timing_label,
+                                            worker_dir=str(workdir.relative_to(self.root)))
                 return results, {}, gate
         m = measure(root=self.root, workdir=workdir, spec_path=self.root / self.state.spec,
                     target_dir=(self.root / self.state.target).parent, impls=impls, check=[label],
@@ -493,11 +487,7 @@ class Experiment:
         else:
             self.stage("record", commit=tip)
         src = target_path.read_text()
-        results = {name: BackendResult(name, self.state.availability[name]["available"],
-                                       "not_run" if self.state.availability[name]["available"] else "unavailable",
-                                       "interrupted" if self.state.availability[name]["available"] else self.state.availability[name]["reason"],
-                                       timing_label=backend_registry.get(name).timing_label)
-                   for name in self.state.backends}
+        results = {name: not_run(name, self.state.availability, "interrupted") for name in self.state.backends}
         decision = decide.Decision("crash", "interrupted", f"the run was interrupted at stage {interrupted_at}")
         self.state.outcomes.append("crash")
         self.state.verdicts.append("interrupted")

@@ -4,7 +4,6 @@ torch.compile). Interpreter (CPU) numbers are labelled as such wherever they app
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from loop.records import Record, markdown_table
