@@ -143,6 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dry-run", action="store_true", help="apply: print the diff of each candidate, change nothing")
     common(sp, run_opt=False)
 
+    sp = sub.add_parser("suite", help="tune many targets unattended, one after another (run), or summarise such runs (summarize)")
+    sp.add_argument("action", choices=["run", "summarize"])
+    sp.add_argument("paths", nargs="+", help="run: target files; summarize: suite output folders or entry files")
+    sp.add_argument("--out-dir", default="sandbox/suite", help="run: where entries, reports and plots go (default sandbox/suite)")
+    sp.add_argument("--per-run", type=duration, help="run: wall-clock limit per target (the run is then repaired and marked cut off)")
+    sp.add_argument("--archs", type=arch_list, default=None, help="run: ahead-of-time compile gate architectures passed to each run")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="run: passed to each run (cpu: interpreter timings)")
+    sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
+    sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
+    sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
+    common(sp, run_opt=False)
+
     for name, text in (("status", "where the run stands: best, iterations, stop state"),
                        ("history", "the run's experiments rebuilt from git alone (trailers)"),
                        ("results", "perf_results.md (or the records, with --json)")):
@@ -481,8 +493,26 @@ def cmd_playbook(args, settings) -> int:
     return 0
 
 
+def cmd_suite(args, settings) -> int:
+    from loop import suite
+    from loop.records import atomic_write_text
+
+    if args.action == "run":
+        extra = ["--device", args.device] + (["--archs", ",".join(args.archs)] if args.archs else [])
+        extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
+        log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+        entries = suite.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log)
+        _emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
+        return 0
+    entries = suite.load_entries([Path(p) for p in args.paths])
+    text = suite.summarize(entries, args.title)
+    if args.out:
+        atomic_write_text(Path(args.out), text + "\n")
+    _emit(args, {"entries": len(entries), "out": args.out, "markdown": text}, text)
+    return 0
+
 COMMANDS = {"experience": cmd_experience, "playbook": cmd_playbook, "report": cmd_report, "compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
-            "status": cmd_status, "history": cmd_history, "results": cmd_results}
+            "status": cmd_status, "history": cmd_history, "results": cmd_results, "suite": cmd_suite}
 
 
 def main(argv: list[str] | None = None) -> int:

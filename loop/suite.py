@@ -1,0 +1,234 @@
+"""`tileloop suite`: tune many targets unattended, one after another, and summarise them.
+
+`suite run` runs, for each target, `tileloop run` with the default settings on its own branch
+(from the branch the suite started on), then `tileloop report --measure` (the best version
+against PyTorch eager and torch.compile), and writes one JSON entry per target into the output
+folder together with the run's report, plot and perf_results.md. Each run is a subprocess with
+an optional wall-clock limit; a run cut off by it is repaired (`resume --no-continue`), so its
+record stays consistent, and its entry says that it was cut off.
+
+`suite summarize` turns entries (from one or several `suite run` calls) into one markdown file:
+per op and implementation, baseline and final latency, speedup, fraction of same-run clone
+bandwidth (memory-bound ops) or of torch.matmul's rate (matmul), torch eager and torch.compile,
+iterations, wall time per iteration and the recipes kept; then Triton/PTX against cuTile per op.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loop.errors import UserError
+from loop.records import Record, atomic_write_text, markdown_table
+
+ENTRY_SCHEMA = "tileloop.suite-entry/1"
+
+
+def _env() -> dict:
+    """The environment of the child tileloop processes: this tileloop importable, as for workers."""
+    from loop.sandbox import PACKAGE_PARENT
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _size(shape) -> int:
+    return math.prod(int(x) for x in shape)
+
+
+def largest(shapes: list[dict]) -> dict | None:
+    """The benchmark shape that moves the most bytes (then the most elements); first wins ties."""
+    if not shapes:
+        return None
+    return max(shapes, key=lambda s: (s.get("bytes") or 0, _size(s["shape"])))
+
+
+def _stats(entry_shape: dict, *labels: str) -> dict:
+    for label in labels:
+        if isinstance(entry_shape.get(label), dict):
+            return entry_shape[label]
+    return {}
+
+
+def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: float) -> dict:
+    """One suite entry from a run's records (results.jsonl) and its final measurement."""
+    recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+    if not recs:
+        raise UserError(f"{run_dir} has no records")
+    state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").is_file() else {}
+    base = recs[0]
+    backend = base.target_backend
+    best = next(r for r in reversed(recs) if r.status == "keep")
+    b0, b1 = base.backends[backend], best.backends[backend]
+    s0 = largest(b0.shapes)
+    s1 = next((s for s in b1.shapes if s0 and s["shape"] == s0["shape"] and s["dtype"] == s0["dtype"]), None)
+    base_l = _stats(s0 or {}, "baseline", "candidate")
+    best_l = _stats(s1 or {}, "candidate", "baseline") if best.iteration else base_l
+    final_rows = (final or {}).get("rows", [])
+    key = "x".join(map(str, s0["shape"])) if s0 else None
+    final_large = next((r for r in final_rows if s0 and r["shape"] == key and r["dtype"] == s0["dtype"]), None)
+    experiments = recs[1:]
+    return {
+        "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
+        "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
+        "baseline_ms": base.latency_ms, "best_ms": best.latency_ms,
+        "speedup": base.latency_ms / best.latency_ms if base.latency_ms and best.latency_ms else None,
+        "largest_shape": {"shape": s0["shape"], "dtype": s0["dtype"], "flops": s0.get("flops"), "bytes": s0.get("bytes")} if s0 else None,
+        "largest_baseline": base_l, "largest_best": best_l,
+        "final": final_rows, "final_largest": final_large,
+        "iterations": len(experiments),
+        "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash")},
+        "median_iteration_wall_s": statistics.median(r.wall_s for r in experiments) if experiments else None,
+        "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
+        "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
+        "cut_off": cut_off, "suite_wall_s": wall_s,
+    }
+
+
+def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print) -> list[dict]:
+    root = root.resolve()
+    if per_run_s is not None and per_run_s <= 0:
+        raise UserError(f"--per-run must be positive, got {per_run_s:g} s")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if _git(root, "status", "--porcelain", "--untracked-files=no"):
+        raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
+    start_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    entries = []
+    for target in targets:
+        path = Path(target)
+        if not (root / path).is_file():
+            raise UserError(f"target {target} does not exist")
+        name = path.stem.replace("_", "-")
+        run_id = f"suite-{name}"
+        _git(root, "checkout", "-q", start_branch)
+        log(f"[suite] {target}: tileloop run (branch tileloop/{run_id})")
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", f"tileloop/{run_id}", *extra]
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=open(out_dir / f"{run_id}.log", "w"),
+                                start_new_session=True, env=_env())
+        cut_off = False
+        try:
+            proc.wait(timeout=per_run_s)
+        except subprocess.TimeoutExpired:
+            cut_off = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
+            subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=root, env=_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.monotonic() - t0
+        run_dir = root / "sandbox" / run_id
+        if not (run_dir / "results.jsonl").is_file():
+            log(f"[suite] {target}: no records (exit {proc.returncode}); see {run_id}.log")
+            entries.append({"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path), "error": f"no records (exit {proc.returncode})"})
+            continue
+        measure = ["--measure"] if "--device" not in extra or extra[extra.index("--device") + 1] == "cuda" else []
+        rep = subprocess.run([sys.executable, "-m", "loop", "report", "--run", run_id, *measure, "--json"], cwd=root,
+                             env=_env(), capture_output=True, text=True)
+        final = json.loads(rep.stdout).get("final") if rep.returncode == 0 and rep.stdout.strip() else None
+        entry = entry_from_run(run_dir, final, cut_off, wall)
+        entry["op"], entry["target"] = path.parent.name, str(path)
+        entry["language"] = "cutile" if path.stem.endswith("_cutile") else "triton"
+        if final is None:
+            entry["final_error"] = (rep.stderr or rep.stdout)[-400:]
+        atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        for f in ("report.md", "latency.png", "perf_results.md", "results.jsonl"):
+            if (run_dir / f).is_file():
+                shutil.copy2(run_dir / f, out_dir / f"{run_id}-{f}")
+        log(f"[suite] {target}: {entry['baseline_ms']:.6f} -> {entry['best_ms']:.6f} ms ({entry['speedup']:.2f}x), "
+            f"{entry['iterations']} experiments, {wall:.0f} s")
+        entries.append(entry)
+    _git(root, "checkout", "-q", start_branch)
+    return entries
+
+
+def _f(x, fmt="{:.6f}") -> str:
+    return fmt.format(x) if isinstance(x, (int, float)) else ""
+
+
+def summarize(entries: list[dict], title: str) -> str:
+    entries = sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"]))
+    devices = sorted({str(e.get("device")) for e in entries})
+    lines = [f"# {title}", "",
+             f"- device: {', '.join(devices)} (every number below is from runs on it)",
+             "- each row: `tileloop run <target>` with default settings, then `tileloop report --measure` (best version against "
+             "PyTorch eager and torch.compile, in one worker, same inputs)",
+             "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'largest' columns: "
+             "the benchmark shape that moves the most bytes",
+             "- fraction: of the same-run `clone` bandwidth (memory-bound ops), or of torch.matmul's FLOP rate (matmul, "
+             "where torch eager is torch.matmul)", ""]
+    rows = []
+    for e in entries:
+        fl = e.get("final_largest") or {}
+        shape = e.get("largest_shape") or {}
+        if e["op"] == "matmul" and fl:
+            frac = f"{float(fl['torch eager (ms)']) / float(fl['best (ms)']):.2f} of torch.matmul"
+        else:
+            frac = fl.get("best, fraction of clone bandwidth") or _f((e.get("largest_best") or {}).get("frac_clone_bw"), "{:.2f}")
+        vs_compile = [float(r["torch.compile (ms)"]) / float(r["best (ms)"]) for r in e.get("final") or []]
+        rows.append({
+            "op": e["op"], "impl": f"{e['language']}/{e['target_backend']}",
+            "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "speedup": _f(e["speedup"], "{:.2f}x"),
+            "largest shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
+            "final ms (largest)": fl.get("best (ms)", _f((e.get("largest_best") or {}).get("median_ms"))),
+            "fraction (largest)": frac,
+            "torch eager ms": fl.get("torch eager (ms)", ""), "torch.compile ms": fl.get("torch.compile (ms)", ""),
+            "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else "not measured",
+            "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c)"
+                           + (" cut off" if e.get("cut_off") else ""),
+            "median s/iter": _f(e.get("median_iteration_wall_s"), "{:.1f}"),
+            "stop": (e.get("stop") or {}).get("reason", "")[:70],
+        })
+    lines += [markdown_table(rows), "", "## Recipes kept", ""]
+    for e in entries:
+        lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
+    tileir = next((e["availability"]["tileir"] for e in entries if "tileir" in e.get("availability", {})), None)
+    tileir_cell = ("measured in the runs: see their perf_results" if tileir and tileir.get("available")
+                   else f"unavailable: {(tileir or {}).get('reason') or 'not probed'}")
+    lines += ["", "## Triton (PTX backend) against cuTile (Tile IR), final versions, largest shape", "",
+              f"Triton through the Tile IR backend of nvtriton (`ENABLE_TILE=1`): {tileir_cell}. No number below is a "
+              "Triton-on-Tile-IR number.", ""]
+    by_op: dict[str, dict] = {}
+    for e in entries:
+        by_op.setdefault(e["op"], {})[e["language"]] = e
+    cmp_rows = []
+    for op, d in sorted(by_op.items()):
+        t, c = d.get("triton"), d.get("cutile")
+        tl = (t or {}).get("final_largest") or {}
+        cl = (c or {}).get("final_largest") or {}
+        tm = tl.get("best (ms)") or _f(((t or {}).get("largest_best") or {}).get("median_ms"))
+        cm = cl.get("best (ms)") or _f(((c or {}).get("largest_best") or {}).get("median_ms"))
+        shape = ((t or c or {}).get("largest_shape") or {})
+        cmp_rows.append({"op": op, "shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
+                         "Triton ms (backend)": f"{tm} ({t['target_backend']})" if tm else "not run",
+                         "cuTile ms (backend)": f"{cm} ({c['target_backend']})" if cm else "not run",
+                         "Triton/TileIR (nvtriton)": tileir_cell,
+                         "cuTile / Triton time": f"{float(cm) / float(tm):.2f}" if tm and cm else ""})
+    lines += [markdown_table(cmp_rows), ""]
+    return "\n".join(lines)
+
+
+def load_entries(paths: list[Path]) -> list[dict]:
+    out = []
+    for p in paths:
+        files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+        for f in files:
+            d = json.loads(f.read_text())
+            if d.get("schema") == ENTRY_SCHEMA:
+                out.append(d)
+    if not out:
+        raise UserError(f"no suite entries ({ENTRY_SCHEMA}) in {', '.join(map(str, paths))}")
+    return out
