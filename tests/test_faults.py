@@ -49,3 +49,25 @@ def test_cpu_faults_through_the_loop(small_repo, capsys, monkeypatch):
     (small_repo / TARGET).write_text(original.replace("BLOCK = 128", "BLOCK = 1024"))
     assert main(["step", "-m", "BLOCK 128 -> 1024", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "keep"
+
+
+@pytest.mark.parametrize("op", ["softmax", "matmul"])
+def test_op_fault_variants_planted_in_an_unattended_run(tmp_path, clean_env, capsys, op):
+    """The per-op faults (for overnight runs on those kernels) are planted mid-run: classified, and the run goes on."""
+    from conftest import REPO_ROOT
+
+    shutil.copytree(REPO_ROOT / "kernels" / op, tmp_path / "kernels" / op, ignore=shutil.ignore_patterns("__pycache__"))
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", op)
+    clean_env.chdir(tmp_path)
+    names = sorted(p.stem for p in (FAULTS / op).glob("*.py"))
+    assert names == ["illegal_memory_access", "wrong_values"]
+    clean_env.setenv("TILELOOP_TEST_INJECT", f"1:{FAULTS / op / 'wrong_values.py'}")
+    assert main(["run", f"kernels/{op}/{op}_triton.py", "--device", "cpu", "--max-iters", "2", "--no-early-stop",
+                 "--archs", "sm_90", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = [(r["iteration"], r["status"], r["decision"].get("verdict")) for r in out["records"]]
+    assert rows[1] == (1, "revert", "incorrect"), rows
+    assert len(rows) == 3 and rows[2][1] in ("keep", "revert")  # the run went on after the fault
+    assert git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""
