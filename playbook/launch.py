@@ -1,7 +1,8 @@
 """Recipe `launch-param`: change one launch parameter or block-size constexpr by one step.
 
 It finds Triton launches `kernel[grid](..., NAME=value)` and, for `num_warps`, `num_stages`
-and power-of-two UPPERCASE constexprs (block sizes), proposes the next step up. A value given
+and power-of-two UPPERCASE constexprs (block sizes), proposes the next step up; one step down comes after every step up (tier 1), and two-step moves
+up and down after those (tier 2: reached in overnight runs, where the early-stop rules are off). A value given
 as a module-level constant (`BLOCK = 128`, used by both grid and launch) is changed at its
 definition, so the grid stays consistent; a literal is changed in place. Rewrites use libcst,
 so formatting and comments are preserved.
@@ -129,6 +130,16 @@ def _next_value(site: Site) -> int | None:
     return new if new <= LIMITS[site.kind] else None
 
 
+def _jumps(site: Site) -> list[int]:
+    """Two steps up and two steps down: wider moves, tried only after every one-step move
+    (overnight exploration, when the early-stop rules are off), in case one step sits in a dip."""
+    if site.kind == "num_stages":
+        values = [site.value + 2, site.value - 2]
+    else:
+        values = [site.value * 4, site.value // 4]
+    return [v for v in values if FLOORS[site.kind] <= v <= LIMITS[site.kind]]
+
+
 def _prev_value(site: Site) -> int | None:
     """One step down: after climbing, the best point may lie between; never below the floors."""
     new = site.value - 1 if site.kind == "num_stages" else site.value // 2
@@ -158,6 +169,7 @@ class LaunchParam:
         out = []
         steps = [(site, _next_value(site), 0) for site in self.sites(source)]
         steps += [(site, _prev_value(site), 1) for site in self.sites(source)]  # step-downs: after every step-up
+        steps += [(site, v, 2) for site in self.sites(source) for v in _jumps(site)]  # wider moves: last
         for site, new, tier in steps:
             if new is None:
                 continue
@@ -168,7 +180,8 @@ class LaunchParam:
             cst.parse_module(rewritten)  # the rewrite must parse
             label = site.constant or site.kw
             out.append(Candidate(self.id, site.kind, f"{self.id}:{site.kw}={new}", f"{label} {site.value} -> {new}",
-                                 HYPOTHESES[site.kind].format(old=site.value, new=new), rewritten, tier))
+                                 HYPOTHESES[site.kind].format(old=site.value, new=new)
+                                 + (" (a two-step move, tried after every one-step move)" if tier == 2 else ""), rewritten, tier))
         if not any(c.kind == "num_stages" for c in out):
             out.extend(self.added_stages(source, module))
         return out

@@ -112,7 +112,18 @@ def test_launch_param_rewrites_literals_in_place():
 
 def test_launch_param_values_at_their_limits_give_no_step_up():
     cands = candidates("launch-param", literal(block=16384, warps=16, stages=5))
-    assert sorted(c.title for c in cands) == ["BLOCK 16384 -> 8192", "num_stages 5 -> 4", "num_warps 16 -> 8"]
+    assert sorted(c.title for c in cands if c.tier < 2) == ["BLOCK 16384 -> 8192", "num_stages 5 -> 4", "num_warps 16 -> 8"]
+    # the two-step moves go down only, never past a limit
+    assert sorted(c.title for c in cands if c.tier == 2) == ["BLOCK 16384 -> 4096", "num_stages 5 -> 3", "num_warps 16 -> 4"]
+
+
+def test_launch_param_two_step_moves_come_after_every_one_step_move():
+    cands = candidates("launch-param", literal(block=256, warps=2, stages=2))
+    tiers = {c.title: c.tier for c in cands}
+    assert tiers["BLOCK 256 -> 512"] == 0 and tiers["BLOCK 256 -> 128"] == 1
+    assert {t for t, tier in tiers.items() if tier == 2} == {
+        "BLOCK 256 -> 1024", "BLOCK 256 -> 64", "num_warps 2 -> 8", "num_stages 2 -> 4"}  # 2 // 4 = 0 warps, 0 stages: none
+    assert all("two-step move" in c.hypothesis for c in cands if c.tier == 2)
 
 
 def test_launch_param_one_below_the_limits():
@@ -125,7 +136,7 @@ def test_launch_param_constants_at_their_limits_give_no_step_up():
     source = VECTOR_ADD_TRITON.read_text()
     source = one_line_changed(source, "BLOCK = 128", "BLOCK = 16384")
     source = one_line_changed(source, "NUM_WARPS = 1", "NUM_WARPS = 16")
-    assert sorted(c.title for c in candidates("launch-param", source)) == ["BLOCK 16384 -> 8192", "NUM_WARPS 16 -> 8"]
+    assert sorted(c.title for c in candidates("launch-param", source) if c.tier < 2) == ["BLOCK 16384 -> 8192", "NUM_WARPS 16 -> 8"]
 
 
 def test_launch_param_does_not_apply_to_cutile():
@@ -252,7 +263,13 @@ def test_next_candidate_skips_tried_keys(known_recipes):
     assert next_candidate(source, a, tried=["launch-param:BLOCK=256"], demoted=[]).key == "launch-param:num_warps=2"
     tried = ["launch-param:BLOCK=256", "launch-param:num_warps=2"]
     assert next_candidate(source, a, tried=tried, demoted=[]).key == "launch-param:BLOCK=64"  # second thoughts last
-    assert next_candidate(source, a, tried=tried + ["launch-param:BLOCK=64"], demoted=[]) is None
+    tried.append("launch-param:BLOCK=64")
+    wider = []  # then the two-step moves, block first (priority), until nothing is left
+    while (c := next_candidate(source, a, tried=tried, demoted=[])) is not None:
+        assert c.tier == 2
+        wider.append(c.key)
+        tried.append(c.key)
+    assert wider == ["launch-param:BLOCK=512", "launch-param:BLOCK=32", "launch-param:num_warps=4"]
 
 
 def test_next_candidate_puts_demoted_kinds_last(known_recipes):
@@ -260,7 +277,8 @@ def test_next_candidate_puts_demoted_kinds_last(known_recipes):
     a = analyze(source)
     assert next_candidate(source, a, tried=[], demoted=["block"]).key == "launch-param:num_warps=2"
     # demoted, not banned: still proposed once the others are tried
-    assert next_candidate(source, a, tried=["launch-param:num_warps=2"], demoted=["block"]).key == "launch-param:BLOCK=256"
+    tried = ["launch-param:num_warps=2", "launch-param:num_warps=4"]  # (4: the two-step move of the other kind)
+    assert next_candidate(source, a, tried=tried, demoted=["block"]).key == "launch-param:BLOCK=256"
 
 
 def test_next_candidate_cutile_starts_with_occupancy(known_recipes):
