@@ -145,6 +145,10 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         if final is None:
             entry["final_error"] = (rep.stderr or rep.stdout)[-400:]
         atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        state = json.loads((run_dir / "state.json").read_text())
+        if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
+            best_src = _git(root, "show", f"{state['best_commit']}:{state['target']}")
+            atomic_write_text(out_dir / f"{run_id}-best{path.suffix}", best_src + "\n")
         for f in ("report.md", "latency.png", "perf_results.md", "results.jsonl"):
             if (run_dir / f).is_file():
                 shutil.copy2(run_dir / f, out_dir / f"{run_id}-{f}")

@@ -27,6 +27,8 @@ def test_suite_run_then_summarize(kernel_repo, capsys):
     from tests.conftest import git
     assert git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() in ("main", "master")
     assert "tileloop/suite-vector-add-triton" in git(kernel_repo, "branch", "--list")
+    best_src = (kernel_repo / "out" / "suite-vector-add-triton-best.py").read_text()
+    assert best_src == git(kernel_repo, "show", f"{best.commit}:{target}")
     for name in ("report.md", "latency.png", "perf_results.md"):
         assert (kernel_repo / "out" / f"suite-vector-add-triton-{name}").is_file()
 
