@@ -4,6 +4,9 @@ The target's own `run(**inputs)` is called with CPU tensors from the spec, while
 are intercepted: Triton launches compile for a fake driver whose target is the requested
 architecture (`JITFunction.run(..., warmup=True)`, every autotune config), and cuTile launches
 are captured and exported with `cuda.tile.compilation.export_kernel(..., output_format="cubin")`.
+A wrapper that tunes with `cuda.tile.tune.exhaustive_search` (which needs a GPU to time anything)
+meets a stand-in that captures the launch of every config of its search space instead, with the
+config's hints, and answers the first config as the best: every config is compiled.
 Registers, stack and local memory (spills) come from `cuobjdump -res-usage` on each cubin.
 """
 
@@ -72,7 +75,8 @@ def fake_cuda(torch, cap: int):
                             ("current_stream", lambda *a, **k: None), ("current_device", lambda: 0),
                             ("get_device_capability", lambda *a: (props.major, props.minor)),
                             ("get_device_properties", lambda *a: props), ("is_available", lambda: True),
-                            ("device_count", lambda: 1), ("synchronize", lambda *a: None)):
+                            ("device_count", lambda: 1), ("synchronize", lambda *a: None),
+                            ("is_current_stream_capturing", lambda: False)):
             stack.enter_context(_patched(torch.cuda, name, value))
         yield
 
@@ -202,31 +206,68 @@ def _cutile_signature(torch, kernel, args):
     return KernelSignature(cons, CallingConvention.cutile_python_v1()).with_mangled_symbol(pyfunc.__name__)
 
 
+def _capture_search(launches: list):
+    """A stand-in for `cuda.tile.tune.exhaustive_search` that times nothing: it records the launch
+    of every config (kernel with the config's hints, arguments) and answers the first config."""
+    import cuda.tile as ct
+    from cuda.tile.tune import Measurement, TuningResult
+
+    def search(search_space, stream, grid_fn, kernel, args_fn, hints_fn=None, **options):
+        configs = list(search_space)
+        if not configs:
+            raise ValueError("Search space is empty.")
+        for cfg in configs:
+            grid_fn(cfg)  # a grid that cannot be built fails here as it would on the GPU
+            base = kernel if isinstance(kernel, ct.kernel) else kernel(cfg)
+            hints = hints_fn(cfg) if hints_fn is not None else {}
+            launches.append((base.replace_hints(**hints), tuple(args_fn(cfg))))
+        measured = tuple(Measurement(config=cfg, mean_us=0.0, num_samples=0, error_margin_us=0.0) for cfg in configs)
+        return TuningResult(best=measured[0], successes=measured, failures=())
+
+    return search
+
+
+def _hints(kernel) -> dict:
+    """The compiler hints a kernel object carries that differ from the defaults (JSON-safe)."""
+    opts = kernel._compiler_options
+    out = {}
+    for name, default in (("occupancy", None), ("num_ctas", None), ("num_worker_warps", None), ("opt_level", 3)):
+        value = getattr(opts, name, default)
+        if value != default:
+            out[name] = value if isinstance(value, int) else str(value)
+    return out
+
+
 def _cutile_compile(torch, load_target, call_run, cap: int) -> list[dict]:
     import io
 
     import cuda.tile as ct
+    import cuda.tile.tune as tune
     from cuda.tile.compilation import export_kernel
+    from cuda.tile.tune import _tune
 
     launches = []
 
     def capture(stream, grid, kernel, kernel_args, **kwargs):
         launches.append((kernel, tuple(kernel_args)))
 
-    with _patched(ct, "launch", capture), fake_cuda(torch, cap):
+    search = _capture_search(launches)
+    with (_patched(ct, "launch", capture), _patched(tune, "exhaustive_search", search),
+          _patched(_tune, "exhaustive_search", search), fake_cuda(torch, cap)):
         module = load_target()
         call_run(module)
     out, seen = [], set()
     for kernel, args in launches:
         sig = _cutile_signature(torch, kernel, args)
-        if sig.symbol in seen:
+        hints = _hints(kernel)
+        if (sig.symbol, repr(hints)) in seen:  # one compile per signature and hints (tuned configs differ in both)
             continue
-        seen.add(sig.symbol)
+        seen.add((sig.symbol, repr(hints)))
         buf = io.BytesIO()
         export_kernel(kernel, [sig], buf, gpu_code=f"sm_{cap}", output_format="cubin")
         cubin = buf.getvalue()
-        out.append({"kernel": kernel._annotated_function.pyfunc.__name__, "symbol": sig.symbol, "ir": ["tileir", "cubin"],
-                    "cubin_bytes": len(cubin), "resources": resource_usage(cubin)})
+        out.append({"kernel": kernel._annotated_function.pyfunc.__name__, "symbol": sig.symbol, "hints": hints,
+                    "ir": ["tileir", "cubin"], "cubin_bytes": len(cubin), "resources": resource_usage(cubin)})
     return out
 
 

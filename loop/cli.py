@@ -50,6 +50,13 @@ def arch_list(text: str) -> list[str]:
     return archs
 
 
+def shape_arg(text: str) -> list[int]:
+    dims = [d.strip() for d in re.split(r"[x,]", text.strip().lower())]
+    if not dims or not all(d.isdigit() and int(d) > 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"a shape looks like 4096x8192 or 4096,8192 (positive integers), got {text!r}")
+    return [int(d) for d in dims]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tileloop",
@@ -77,6 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--archs", type=arch_list, default=None,
                         help="architectures every candidate must compile for before it is measured "
                              "(default sm_90,sm_100; 'none' turns the gate off)")
+        sp.add_argument("--skip-recipe", metavar="ID", action="append", default=[],
+                        help="never propose this playbook recipe in this run (repeatable; e.g. triton-autotune to keep "
+                             "fixed launch configs); `tileloop playbook list` names them")
+        sp.add_argument("--test-cmd", metavar="CMD",
+                        help="external harness: a shell command run in the repository root; exit 0 = correct "
+                             "(with --bench-cmd, replaces spec.py and the worker; see docs/harness.md)")
+        sp.add_argument("--bench-cmd", metavar="CMD",
+                        help="external harness: a shell command that emits performance records, printed one per line "
+                             "or in pytest junitxml written to {junitxml}")
+        sp.add_argument("--bench-repeats", type=positive_int, default=None,
+                        help="external harness: rounds of the bench command per measurement, incumbent and candidate "
+                             "interleaved (default 3, at least 2)")
 
     sp = sub.add_parser("init", help="create the run branch and measure the baseline (iteration 0)")
     start_opts(sp)
@@ -110,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("target", help="the kernel file (spec.py beside it gives the example inputs)")
     sp.add_argument("--arch", type=arch_list, default=["sm_90", "sm_100"], help="comma-separated, default sm_90,sm_100")
     common(sp, run_opt=False)
+
+    sp = sub.add_parser("profile", help="Nsight Compute metrics of one shape and dtype, and the bottleneck class they imply")
+    sp.add_argument("target", help="the kernel file (spec.py beside it)")
+    sp.add_argument("--shape", type=shape_arg, help="e.g. 4096x8192 (default: the spec's largest benchmark shape)")
+    sp.add_argument("--dtype", choices=["float16", "bfloat16", "float32", "float64"], help="default: the spec's first dtype")
+    sp.add_argument("--backend", choices=["ptx", "tileir", "cutile"],
+                    help="default: tileir if available, else ptx; cutile for cuTile targets")
+    sp.add_argument("--launches", type=positive_int, default=3, help="kernel launches profiled (default 3; the median is kept)")
+    sp.add_argument("--kernel", action="append", metavar="NAME",
+                    help="kernel to profile (repeatable; default: the target's @triton.jit / @ct.kernel functions)")
+    sp.add_argument("--ncu", metavar="PATH", help="the ncu executable (default: ncu on PATH)")
+    common(sp)
 
     sp = sub.add_parser("compare", help="every implementation of an op, in every backend, against torch eager and torch.compile")
     sp.add_argument("op_dir", help="kernels/<op>: a folder with spec.py and <op>_triton.py / <op>_cutile.py")
@@ -155,6 +186,27 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
     common(sp, run_opt=False)
 
+    from loop.decision_check import parse_scenarios, parse_shape, plant_fraction
+
+    sp = sub.add_parser("decision-check", help="measure the keep/revert decision itself: A/A false keeps and the "
+                                               "detection of a planted slowdown or speedup, in one worker")
+    sp.add_argument("target", help="the kernel file (spec.py beside it)")
+    sp.add_argument("--trials", type=positive_int, default=100, help="trials per scenario (default 100)")
+    sp.add_argument("--plant", type=plant_fraction, help="plant real extra work worth this fraction of the kernel's "
+                                                         "time (e.g. 0.03) and add the slowdown and speedup scenarios")
+    sp.add_argument("--scenarios", type=parse_scenarios,
+                    help="comma-separated subset of aa,slowdown,speedup (default: aa; all three with --plant)")
+    sp.add_argument("--shapes", type=parse_shape, nargs="+", metavar="SHAPE",
+                    help="e.g. 1048576 or 4096x4096x4096 (default: the smallest and largest shape an iteration times)")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings")
+    sp.add_argument("--target-backend", choices=["ptx", "tileir", "cutile", "interpreter"],
+                    help="backend to time (default: as tileloop init chooses)")
+    sp.add_argument("--dtype", help="benchmark dtype (default: the one an iteration times, the spec's first)")
+    sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh inputs of every trial")
+    sp.add_argument("--timeout", type=duration, help="limit for the worker (default: estimated from the trials)")
+    sp.add_argument("--out", type=Path, help="also write the markdown report to this file")
+    common(sp, run_opt=False)
+
     for name, text in (("status", "where the run stands: best, iterations, stop state"),
                        ("history", "the run's experiments rebuilt from git alone (trailers)"),
                        ("results", "perf_results.md (or the records, with --json)")):
@@ -198,8 +250,15 @@ def _status_payload(exp) -> dict:
             "best_latency_ms": s.best_latency_ms, "iterations": max(s.last_iteration, 0),
             "outcomes": s.outcomes, "inflight": s.inflight, "stopped": s.stopped,
             "stop": exp.stop_state().to_json(), "perf_results": str(exp.perf_path.relative_to(exp.root)),
-            "timings": "interpreter" if s.device == "cpu" else "gpu", "archs": s.archs,
+            "timings": "harness" if s.harness else "interpreter" if s.device == "cpu" else "gpu", "archs": s.archs, "skip_recipes": s.skip_recipes,
+            "harness": s.harness,
             "hazards": [h.to_json() for h in scan((exp.root / s.target).read_text(), s.language)]}
+
+
+def _harness(args):
+    from loop import external
+
+    return external.from_options(args.test_cmd, args.bench_cmd, args.bench_repeats)
 
 
 def cmd_init(args, settings) -> int:
@@ -207,7 +266,7 @@ def cmd_init(args, settings) -> int:
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
                    seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs,
-                   worker_timeout_s=args.iteration_timeout)
+                   worker_timeout_s=args.iteration_timeout, harness=_harness(args), skip_recipes=args.skip_recipe)
     rec = exp.records()[0]
     label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
     _emit(args, {**_status_payload(exp), "baseline": _record_summary(rec)},
@@ -239,7 +298,7 @@ def cmd_run(args, settings) -> int:
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
                    seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs,
-                   worker_timeout_s=args.iteration_timeout)
+                   worker_timeout_s=args.iteration_timeout, harness=_harness(args), skip_recipes=args.skip_recipe)
     stop = exp.run_loop()
     return _finish_run(args, exp, stop)
 
@@ -511,9 +570,40 @@ def cmd_suite(args, settings) -> int:
     _emit(args, {"entries": len(entries), "out": args.out, "markdown": text}, text)
     return 0
 
-COMMANDS = {"experience": cmd_experience, "playbook": cmd_playbook, "report": cmd_report, "compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
-            "status": cmd_status, "history": cmd_history, "results": cmd_results, "suite": cmd_suite}
+def cmd_profile(args, settings) -> int:
+    from loop import profile
 
+    payload, code = profile.run(args.target, shape=args.shape, dtype=args.dtype, backend=args.backend,
+                                launches=args.launches, kernels=args.kernel, ncu_path=args.ncu, run_id=args.run,
+                                settings=settings, log=lambda m: print(m, file=sys.stderr))
+    _emit(args, payload, profile.render(payload))
+    if code:  # one line on stderr, as for every error
+        print(f"error: {payload['error']}" + (f" (hint: {payload['hint']})" if payload.get("hint") else ""), file=sys.stderr)
+    return code
+
+
+def cmd_decision_check(args, settings) -> int:
+    import tempfile
+
+    from loop import decision_check
+    from loop.records import atomic_write_text
+
+    with tempfile.TemporaryDirectory(prefix="tileloop-decision-check-") as tmp:
+        result = decision_check.run(args.target, trials=args.trials, plant=args.plant, scenarios=args.scenarios,
+                                    shapes=args.shapes, device=args.device, target_backend=args.target_backend,
+                                    dtype=args.dtype, seed=args.seed, settings=settings, workdir=Path(tmp),
+                                    timeout_s=args.timeout)
+    text = decision_check.render(result)
+    if args.out:
+        atomic_write_text(args.out, text + "\n")
+    _emit(args, result, text)
+    return 0 if result["complete"] else 1
+
+
+COMMANDS = {"experience": cmd_experience, "playbook": cmd_playbook, "report": cmd_report, "compare": cmd_compare, "doctor": cmd_doctor, "compile": cmd_compile, "demo": cmd_demo, "init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume,
+            "status": cmd_status, "history": cmd_history, "results": cmd_results, "profile": cmd_profile, "suite": cmd_suite}
+
+COMMANDS["decision-check"] = cmd_decision_check
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()

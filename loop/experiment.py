@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from loop import backends as backend_registry
-from loop import decide, experience, gitops, history
+from loop import decide, experience, external, gitops, history
 from loop import state as st
 from loop.contract import load_kernel, source_hash
 from loop.errors import EnvironmentMismatch, IntegrityError, UserError
@@ -108,15 +108,25 @@ class Experiment:
             "device": self.state.env.get("gpu") or "CPU (Triton interpreter)",
             "latency_ms": "geometric mean over benchmark shapes of the target backend's median",
         }
+        if self.state.harness:
+            header.update({"device": self.state.env.get("gpu") or "no GPU visible to tileloop",
+                           "latency_ms": "geometric mean over the bench command's records of their median over "
+                                         f"{self.state.harness['bench_repeats']} runs (ms)",
+                           "test command": f"`{self.state.harness['test_cmd']}`",
+                           "bench command": f"`{self.state.harness['bench_cmd']}`"})
         text = render_perf_results(self.state.run_id, header, [Row.from_record(r) for r in recs],
                                    any(r.interpreter for r in recs))
         atomic_write_text(self.perf_path, text)
 
     def progress(self) -> decide.Progress:
+        """What the stop rules see. An interrupted iteration (a kill, a reboot) counts as an iteration
+        but says nothing about the candidates: it is neither a crash nor a non-improvement there, so a
+        resume right after a genuine crash does not escalate on the interruption."""
+        real = [(o, v) for o, v in zip(self.state.outcomes, self.state.verdicts) if v != "interrupted"]
         return decide.Progress(
             iterations=max(self.state.last_iteration, 0), elapsed_s=self.state.active_s,
-            outcomes=tuple(self.state.outcomes), last_verdict=self.state.verdicts[-1] if self.state.verdicts else None,
-            crash_causes=tuple(self.state.crash_causes))
+            outcomes=tuple(o for o, _ in real), last_verdict=real[-1][1] if real else None,
+            crash_causes=tuple(c for c in self.state.crash_causes if c != "interrupted"))
 
     def stop_state(self, exhausted: bool = False) -> decide.StopState:
         p = self.progress()
@@ -138,6 +148,22 @@ class Experiment:
     def _measure(self, n: int, incumbent_src: str | None, candidate_src: str) -> tuple[dict[str, BackendResult], dict, dict]:
         workdir = self.iter_dir(n)
         workdir.mkdir(parents=True, exist_ok=True)
+        if self.state.harness:  # the repository's own test and bench commands decide (loop.external)
+            if self.state.inflight is not None:
+                self.stage("verify")
+
+            def on_stage(what: str) -> None:  # the test command is the verify stage, entered above
+                if what == "test":
+                    self.log(f"#{n} test")
+                else:
+                    self._on_measure(n, what)
+
+            results, raw = external.measure(
+                root=self.root, target=self.state.target, harness=external.Harness.from_json(self.state.harness),
+                workdir=workdir, incumbent_src=incumbent_src, candidate_src=candidate_src,
+                timeout_s=self.settings.worker_timeout_s, allowed_untracked=set(self.state.untracked_at_start),
+                on_stage=on_stage)
+            return results, raw, {}
         stem = Path(self.state.target).stem
         impls = {}
         if incumbent_src is not None:
@@ -194,7 +220,8 @@ class Experiment:
                         latency_ms=target.latency_ms, target_backend=self.state.target_backend, backends=results,
                         commit=None, parent=self.state.base_commit, hypothesis="", env=portable_env(self.state.env),
                         source_hash=source_hash(src), started=started, finished=_now(), wall_s=round(time.monotonic() - t0, 3),
-                        decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate)
+                        decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate,
+                        harness=self.state.harness)
         sha = gitops.commit(self.root, history.commit_message(record), [], allow_empty=True)
         record = _with(record, commit=sha)
         append_record(self.results_path, record)
@@ -303,7 +330,7 @@ class Experiment:
                       latency_ms=latency, target_backend=self.state.target_backend, backends=results, commit=None,
                       parent=parent or self.state.best_commit, hypothesis=hypothesis, recipe=key or recipe, speedup=speedup,
                       decision=decision, stop=stop, failure=failure, env=portable_env(self.state.env), source_hash=source_hash(src),
-                      started=started, finished=_now(), wall_s=round(wall, 3))
+                      started=started, finished=_now(), wall_s=round(wall, 3), harness=self.state.harness)
 
     def _finish(self, record: Record) -> Record:
         """Amend the message, move the rejected commit to its ref, append the record. Idempotent."""
@@ -360,8 +387,10 @@ class Experiment:
                 stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
                 break
             src = (self.root / self.state.target).read_text()
-            cand = self._injected(self.state.last_iteration + 1) or next_candidate(src, analyze(src), self.state.tried,
-                                                                                    self.state.demoted)
+            an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
+            cand = self._injected(self.state.last_iteration + 1) or next_candidate(src, an, self.state.tried,
+                                                                                    self.state.demoted,
+                                                                                    self.state.skip_recipes)
             if cand is None:
                 stop = self.stop_state(exhausted=True)
                 break
@@ -423,12 +452,12 @@ class Experiment:
         from playbook.analysis import analyze
 
         src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
-        an = analyze(src)
+        an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
         ranked = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
         order = {r["kind"]: i for i, r in enumerate(ranked) if r["kept"]}
         tried, out = list(self.state.tried), []
         while len(out) < 3 * limit:
-            c = next_candidate(src, an, tried, self.state.demoted)
+            c = next_candidate(src, an, tried, self.state.demoted, self.state.skip_recipes)
             if c is None:
                 break
             tried.append(c.key)
@@ -487,7 +516,8 @@ class Experiment:
         else:
             self.stage("record", commit=tip)
         src = target_path.read_text()
-        results = {name: not_run(name, self.state.availability, "interrupted") for name in self.state.backends}
+        results = (external.not_run_results("interrupted") if self.state.harness else
+                   {name: not_run(name, self.state.availability, "interrupted") for name in self.state.backends})
         decision = decide.Decision("crash", "interrupted", f"the run was interrupted at stage {interrupted_at}")
         self.state.outcomes.append("crash")
         self.state.verdicts.append("interrupted")
@@ -536,21 +566,37 @@ def default_branch(op: str, now: dt.datetime | None = None) -> str:
 
 def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
              policy: decide.Policy, settings: Settings, log: Log = stderr_log,
-             archs: list[str] | None = None, worker_timeout_s: float | None = None) -> Experiment:
+             archs: list[str] | None = None, worker_timeout_s: float | None = None,
+             harness: external.Harness | None = None, skip_recipes: list[str] | None = None) -> Experiment:
+    """Branch and baseline. With `harness`, the repository's own commands decide (no spec.py, no compile gate)."""
     root = gitops.find_root(Path.cwd())
-    kernel = load_kernel(target, root)
+    if harness is None:
+        kernel = load_kernel(target, root)
+        target_rel, spec_rel, language, op = kernel.target, kernel.spec, kernel.language, kernel.op
+    else:
+        if target_backend is not None:
+            raise UserError("--target-backend does not apply to a run with --test-cmd/--bench-cmd: the bench command decides")
+        if archs:
+            raise UserError("--archs does not apply to a run with --test-cmd/--bench-cmd: the compile gate needs the "
+                            "example inputs of a spec.py", hint="let the test command compile what it needs")
+        (target_rel, language, op), spec_rel, archs = external.load_target(target, root), None, []
+    if skip_recipes:
+        from playbook import get as get_recipe
+
+        for rid in skip_recipes:
+            get_recipe(rid)  # an unknown id is refused with the list of valid ones
     gitops.require_clean(root)
-    if not gitops.is_tracked(root, str(kernel.target)):
-        raise UserError(f"target {kernel.target} is not committed", hint="git add and commit it first")
-    if not gitops.is_tracked(root, str(kernel.spec)):
-        raise UserError(f"spec {kernel.spec} is not committed", hint="git add and commit it first")
+    if not gitops.is_tracked(root, str(target_rel)):
+        raise UserError(f"target {target_rel} is not committed", hint="git add and commit it first")
+    if spec_rel is not None and not gitops.is_tracked(root, str(spec_rel)):
+        raise UserError(f"spec {spec_rel} is not committed", hint="git add and commit it first")
     from playbook.hazards import scan
 
-    for hazard in scan(kernel.target_abs.read_text(), kernel.language):
+    for hazard in scan((root / target_rel).read_text(), language):
         if hazard.severity != "info":
-            log(f"Tile IR hazard: {kernel.target}:{hazard}")
+            log(f"Tile IR hazard: {target_rel}:{hazard}")
     if branch is None:  # a default name never collides: a second run in the same minute gets -2, -3, ...
-        base_name, n = default_branch(kernel.op), 1
+        base_name, n = default_branch(op), 1
         branch = base_name
         while gitops.branch_exists(root, branch) or st.state_path(root, branch.removeprefix("tileloop/")).exists():
             n += 1
@@ -561,29 +607,33 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     run_id = re.sub(r"[^A-Za-z0-9._-]+", "-", branch.removeprefix("tileloop/"))
     if st.state_path(root, run_id).exists():
         raise UserError(f"a run named {run_id!r} already exists in {st.SANDBOX}/", hint="pass --branch NAME")
-    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
+    names = [external.BACKEND] if harness else [b.name for b in backend_registry.for_language(language, device)]
     if target_backend is not None and target_backend not in names:
-        raise UserError(f"--target-backend {target_backend} does not apply to a {kernel.language} target with "
+        raise UserError(f"--target-backend {target_backend} does not apply to a {language} target with "
                         f"--device {device}; valid: {', '.join(names)}")
     log(f"probing the environment ({device})")
     probe = probe_environment(root, settings)
     if device == "cuda" and not probe.get("cuda_available"):
         raise UserError(f"no GPU available: {probe.get('cuda_reason')}",
                         hint="pass --device cpu to run the loop under the Triton interpreter")
-    avail = {n: backend_registry.availability(backend_registry.get(n), probe, device).to_json() for n in names}
-    typed = {n: backend_registry.Availability(**a) for n, a in avail.items()}
-    chosen = target_backend or backend_registry.default_target(kernel.language, device, typed)
-    backend_registry.get(chosen)
-    require_available(chosen, avail)
+    if harness:
+        avail, chosen = {external.BACKEND: {"available": True, "reason": ""}}, external.BACKEND
+    else:
+        avail = {n: backend_registry.availability(backend_registry.get(n), probe, device).to_json() for n in names}
+        typed = {n: backend_registry.Availability(**a) for n, a in avail.items()}
+        chosen = target_backend or backend_registry.default_target(language, device, typed)
+        backend_registry.get(chosen)
+        require_available(chosen, avail)
     origin = gitops.current_branch(root)
     base = gitops.head_sha(root)
     untracked = list(gitops.tree_status(root).untracked)
-    state = st.RunState(run_id=run_id, branch=branch, origin_branch=origin, target=str(kernel.target),
-                        spec=str(kernel.spec), language=kernel.language, op=kernel.op, device=device,
+    state = st.RunState(run_id=run_id, branch=branch, origin_branch=origin, target=str(target_rel),
+                        spec="" if spec_rel is None else str(spec_rel), language=language, op=op, device=device,
                         target_backend=chosen, backends=names, availability=avail, base_commit=base, seed=seed,
                         env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now(),
                         archs=list(DEFAULT_ARCHS if archs is None else archs),
-                        worker_timeout_s=worker_timeout_s or settings.worker_timeout_s)
+                        worker_timeout_s=worker_timeout_s or settings.worker_timeout_s,
+                        harness=harness.to_json() if harness else None, skip_recipes=list(skip_recipes or []))
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)

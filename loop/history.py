@@ -34,7 +34,11 @@ def trailers_for(record: Record, pending: bool = False) -> dict[str, str]:
         t["Tileloop-Decision"] = f"{record.decision.get('verdict')}: {record.decision.get('reason', '')}"
     if record.recipe:
         t["Tileloop-Recipe"] = record.recipe
-    t["Tileloop-Timing"] = "interpreter" if record.interpreter else "gpu"
+    t["Tileloop-Timing"] = "interpreter" if record.interpreter else "harness" if record.harness else "gpu"
+    if record.harness:  # an external run: the commands that decided, as run settings
+        t["Tileloop-Test-Cmd"] = record.harness["test_cmd"]
+        t["Tileloop-Bench-Cmd"] = record.harness["bench_cmd"]
+        t["Tileloop-Bench-Repeats"] = str(record.harness["bench_repeats"])
     return t
 
 

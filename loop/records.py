@@ -92,6 +92,7 @@ class Record:
     stop: dict = field(default_factory=dict)
     failure: dict | None = None
     compile: dict = field(default_factory=dict)  # the ahead-of-time gate: status and per-arch registers/spills
+    harness: dict | None = None  # an external run's commands ({test_cmd, bench_cmd, bench_repeats}), else None
     env: dict = field(default_factory=dict)
     source_hash: str = ""
     started: str = ""

@@ -32,12 +32,19 @@ def plot(records: list[Record], path: Path, interpreter: bool) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     best, best_x, best_y = None, [], []
     ymax = max((r.latency_ms for r in records if r.latency_ms), default=1.0)
+    top = ymax * 1.3  # where experiments without a latency (crashed, or incorrect before timing) are drawn
     styles = {"keep": ("o", "tab:green"), "revert": ("x", "tab:orange"), "crash": ("v", "tab:red")}
     for status, (marker, color) in styles.items():
-        xs = [r.iteration for r in records if r.status == status]
-        ys = [r.latency_ms if r.latency_ms is not None else ymax * 1.05 for r in records if r.status == status]
-        if xs:
-            ax.scatter(xs, ys, marker=marker, color=color, label=status + (" (no latency: drawn at top)" if status == "crash" else ""), zorder=3)
+        timed = [r for r in records if r.status == status and r.latency_ms is not None]
+        untimed = [r for r in records if r.status == status and r.latency_ms is None]
+        if timed:
+            ax.scatter([r.iteration for r in timed], [r.latency_ms for r in timed], marker=marker, color=color,
+                       label=status, zorder=3)
+        if untimed:
+            what = "incorrect" if status == "revert" else status
+            ax.scatter([r.iteration for r in untimed], [top] * len(untimed), marker=marker, color=color,
+                       facecolors="none" if marker == "o" else None, alpha=0.7, zorder=3,
+                       label=f"{what}, no latency (drawn at top)")
     for r in records:
         if r.status == "keep" and r.latency_ms is not None:
             best = r.latency_ms
@@ -47,6 +54,9 @@ def plot(records: list[Record], path: Path, interpreter: bool) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    lat = [r.latency_ms for r in records if r.latency_ms]
+    if lat and max(lat) / min(lat) > 20:  # a few very slow candidates would flatten the rest
+        ax.set_yscale("log")
     ax.set_xlabel("iteration")
     ax.set_ylabel("latency (ms, " + ("Triton interpreter on CPU" if interpreter else "GPU") + ")")
     ax.set_title(f"{records[0].run}: latency per iteration")

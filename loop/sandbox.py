@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from loop.backends import Backend, tileiras_environment
 from loop.settings import Settings
@@ -42,22 +43,29 @@ def _log_tail(path: Path, limit: int = 3000) -> str:
         return ""
 
 
+def worker_command(settings: Settings, workdir: Path, name: str, job: bool, module: str = "loop.worker") -> list[str]:
+    """The worker's command line as `run_worker` runs it (after its launcher, if any)."""
+    cmd = [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+    if not job:
+        return cmd + ["--health" if name == "health" else "--probe"]
+    return cmd + ["--job", str(workdir / f"{name}.job.json")]
+
+
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
-               cache_dir: Path, timeout_s: float | None = None, name: str = "worker") -> dict:
-    """Run one worker; always returns a result dict with a typed `status`."""
+               cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
+               module: str = "loop.worker", launcher: Sequence[str] = ()) -> dict:
+    """Run one worker; always returns a result dict with a typed `status`. `module` is the worker's
+    entry point (`python -m <module> --job J --result R`), `loop.worker` unless a command has its own.
+    `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
     result_path = workdir / f"{name}.result.json"
     log_path = workdir / f"{name}.log"
     if result_path.exists():
         result_path.unlink()
-    cmd = [settings.python or sys.executable, "-m", "loop.worker", "--result", str(result_path)]
-    if job is None:
-        cmd.append("--health" if name == "health" else "--probe")
-    else:
-        job_path = workdir / f"{name}.job.json"
-        job_path.write_text(json.dumps(job, indent=1))
-        cmd += ["--job", str(job_path)]
+    cmd = [*launcher, *worker_command(settings, workdir, name, job is not None, module)]
+    if job is not None:
+        (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
     timeout = timeout_s or settings.worker_timeout_s
     started = time.monotonic()
     with open(log_path, "w") as log:

@@ -40,6 +40,7 @@ class RunState:
     archs: list[str] = field(default_factory=lambda: ["sm_90", "sm_100"])  # ahead-of-time compile gate
     mode: str = "agent"  # agent (step) | run (unattended)
     worker_timeout_s: float = 600.0  # hard limit per worker process (compile, each backend)
+    harness: dict | None = None  # external run: {test_cmd, bench_cmd, bench_repeats} (loop.external), else None
     best_commit: str = ""
     best_latency_ms: float | None = None
     last_iteration: int = -1  # -1 before the baseline is recorded
@@ -48,6 +49,7 @@ class RunState:
     crash_causes: list[str] = field(default_factory=list)
     demoted: list[str] = field(default_factory=list)  # recipe kinds kept at low gain
     tried: list[str] = field(default_factory=list)  # candidate keys already evaluated
+    skip_recipes: list[str] = field(default_factory=list)  # recipe ids this run never proposes (--skip-recipe)
     active_s: float = 0.0  # time spent in iterations, summed over sessions
     inflight: dict | None = None
     stopped: dict | None = None

@@ -120,6 +120,15 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=open(out_dir / f"{run_id}.log", "w"),
                                 start_new_session=True, env=_env())
         cut_off = False
+
+        def stop_child(signum, frame, proc=proc):  # a kill of the suite must not leave a run behind on the GPU
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, stop_child)
         try:
             proc.wait(timeout=per_run_s)
         except subprocess.TimeoutExpired:
@@ -129,6 +138,8 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
             log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
             subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=root, env=_env(),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         wall = time.monotonic() - t0
         run_dir = root / "sandbox" / run_id
         if not (run_dir / "results.jsonl").is_file():
@@ -164,6 +175,7 @@ def _f(x, fmt="{:.6f}") -> str:
 
 
 def summarize(entries: list[dict], title: str) -> str:
+    failed = [e for e in entries if "error" in e]
     entries = sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"]))
     devices = sorted({str(e.get("device")) for e in entries})
     lines = [f"# {title}", "",
@@ -196,7 +208,9 @@ def summarize(entries: list[dict], title: str) -> str:
             "median s/iter": _f(e.get("median_iteration_wall_s"), "{:.1f}"),
             "stop": (e.get("stop") or {}).get("reason", "")[:70],
         })
-    lines += [markdown_table(rows), "", "## Recipes kept", ""]
+    lines += [markdown_table(rows), ""]
+    lines += [f"- not measured: {e.get('target') or e['run']}: {e['error']}" for e in failed]
+    lines += ["", "## Recipes kept", ""]
     for e in entries:
         lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
     tileir = next((e["availability"]["tileir"] for e in entries if "tileir" in e.get("availability", {})), None)

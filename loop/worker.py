@@ -12,6 +12,8 @@ Runs in a fresh subprocess (own process group, hard timeout, own TRITON_CACHE_DI
 Failures of the kernel are data (typed `status`); failures of the spec or of this file are
 `spec_error` / `harness_error`, which the orchestrator raises instead of recording.
 `python -m loop.worker --probe --result P.json` reports the environment (GPU, versions, backends).
+Jobs with `mode: compile` compile ahead of time (`compile_job`); `mode: profile` check one shape
+and run it for a profiler (`profile_job`, for `tileloop profile`).
 """
 
 from __future__ import annotations
@@ -452,6 +454,65 @@ def compile_job(job: dict) -> dict:
     return {"status": "ok", "compile": out}
 
 
+def profile_point(spec, shape, dtype) -> tuple[tuple, str]:
+    """The shape and dtype to profile: as asked, or the spec's largest benchmark shape (by element
+    count) and its first dtype."""
+    import math
+
+    dtypes = list(spec.DTYPES)
+    dtype = dtype or dtypes[0]
+    if dtype not in dtypes:
+        raise SpecError(f"dtype {dtype} is not one of the spec's DTYPES {dtypes}")
+    shapes = [tuple(s) for s in spec.BENCHMARK_SHAPES]
+    if shape is None:
+        return max(shapes, key=math.prod), dtype
+    ranks = sorted({len(s) for s in shapes})
+    if len(shape) not in ranks:
+        raise SpecError(f"shape {tuple(shape)} has {len(shape)} dimension(s); the spec's shapes have {ranks}, "
+                        f"e.g. {shapes[0]}")
+    return tuple(shape), dtype
+
+
+def profile_job(job: dict) -> dict:
+    """One shape and dtype for a profiler started with --profile-from-start off: a correctness
+    check (which also compiles and autotunes), one warm call on the profiled buffers, then
+    `launches` calls inside a cudaProfilerStart/Stop range, the only launches a profiler sees."""
+    import contextlib
+
+    import torch
+
+    device = job["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("worker asked for cuda but no CUDA device is visible")
+    sys.path.insert(0, job["target_dir"])
+    if job["backend"] == "cutile":
+        _watch_cutile_compiles()
+    if job["backend"] == "interpreter":
+        _pin_autotune_to_first_config()
+    spec = load_module("tileloop_spec", Path(job["spec"]))
+    harness = Harness(torch, spec, device)
+    module = call_impl("candidate", "import", load_module, "tileloop_impl_candidate", Path(job["target"]))
+    shape, dtype = profile_point(spec, job.get("shape"), job.get("dtype"))
+    base = {"shape": list(shape), "dtype": dtype}
+    check = harness.check_one(module, "candidate", shape, dtype, seed_for(job["seed"], "profile", shape, dtype))
+    if not check["ok"]:
+        return {**base, "status": "incorrect", "failed_impl": "candidate", "message": check["reason"],
+                "correctness": {"passed": False, "checks": [check]}}
+    inputs = harness.make_inputs(shape, dtype, seed_for(job["seed"], "profile-run", shape, dtype))
+    sync = (lambda: call_impl("candidate", "call", torch.cuda.synchronize)) if device == "cuda" else (lambda: None)
+    call_impl("candidate", "call", module.run, **inputs)
+    sync()
+    with contextlib.ExitStack() as profiled:
+        if device == "cuda":  # cudaProfilerStart/Stop: what a profiler started with --profile-from-start off waits for
+            torch.cuda.profiler.start()
+            profiled.callback(torch.cuda.profiler.stop)
+        for _ in range(int(job.get("launches", 1))):
+            call_impl("candidate", "call", module.run, **inputs)
+        sync()
+    return {**base, "status": "ok", "launches": int(job.get("launches", 1)),
+            "correctness": {"passed": True, "checks": [check]}, "proof": backend_proof({"candidate": module}, job["backend"])}
+
+
 def run_job(job: dict) -> dict:
     import torch
 
@@ -634,7 +695,7 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
                       "tflops": flops / secs / 1e12 if secs > 0 else None}
     entry = {"shape": list(shape), "dtype": dtype, "method": res.method, "calls_per_sample": res.calls_per_sample,
              "notes": notes + res.notes, "impls": impls, "recheck": recheck, "flops": flops, "bytes": nbytes}
-    if device == "cuda":
+    if device == "cuda" and job.get("clone_bandwidth", True):  # off where only the comparison counts (decision-check)
         entry["clone"] = clone_bandwidth(torch, harness.clock, nbytes, plan)
         for lab in labels:
             if entry["clone"] and impls[lab]["gbps"]:
@@ -681,7 +742,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     job = json.loads(args.job.read_text())
     try:
-        payload = compile_job(job) if job.get("mode") == "compile" else run_job(job)
+        mode = job.get("mode")
+        payload = compile_job(job) if mode == "compile" else profile_job(job) if mode == "profile" else run_job(job)
     except ImplFailure as exc:
         payload = {"status": exc.status, "failed_impl": exc.label, "message": exc.message, "detail": exc.detail}
     except SpecError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from loop.contract import detect_language
@@ -15,27 +16,55 @@ NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}
 #
 # Triton, memory-bound classes: bytes in flight first (block size, the autotune space around it,
 # warps), then cache policy and pipelining, math rewrites last (they rarely matter when memory
-# is the limit). Dot: the autotune space (tiles x warps x stages) first, then program order for
-# L2 reuse, then pipelining depth.
-_TRITON_MEMORY = ["block", "autotune", "num_warps", "eviction", "num_stages", "exp2", "sigmoid"]
+# is the limit). Dot: the autotune space (tiles x warps x stages) first, then tensor descriptors
+# (TMA loads and stores of the tiles), then program order for L2 reuse, then pipelining depth.
+# Tile IR configs (occupancy, num_ctas; proposed on tileir runs only) extend the autotune space,
+# so they follow it; persistent scheduling follows them for memory-bound classes and follows
+# grouped ordering for dot kernels (the TileGym perf-knobs order, with autotune kept first).
+_TRITON_MEMORY = ["block", "autotune", "tileir-configs", "persistent", "num_warps", "eviction", "num_stages", "exp2",
+                  "sigmoid"]
 TRITON_PRIORITY = {
     "element-wise": _TRITON_MEMORY,
     "norm-like": _TRITON_MEMORY,
     "reduction": _TRITON_MEMORY,
-    "dot": ["autotune", "grouped-ordering", "num_stages", "block", "num_warps", "exp2", "sigmoid", "eviction"],
+    "dot": ["autotune", "tileir-configs", "tma", "grouped-ordering", "persistent", "num_stages", "block", "num_warps",
+            "exp2", "sigmoid", "eviction"],
 }
 # cuTile (TileGym perf-knobs order): occupancy first (the compiler's default leaves most SMs
 # idle on one-row-per-block kernels), then tile sizes, then store path, latency hints and
 # approximate math. For MMA kernels 2-CTA clusters come last: they pay on Blackwell only, and on
-# an H200 the reference matmul and attention ran 2-28x slower with num_ctas=2.
-_CUTILE_MEMORY = ["occupancy", "block", "store-tma", "latency", "approx", "ftz"]
+# an H200 the reference matmul and attention ran 2-28x slower with num_ctas=2. The autotune space
+# (cutile-autotune: tiles x occupancy, x num_ctas on Blackwell) goes before the single steps on
+# the knobs it owns (TileGym: autotune before tile and store moves; do not hand-set occupancy).
+# Structural moves (cutile_tma, cutile_schedule, cutile_grouped, cutile_tf32): memory-bound,
+# gather-to-TMA and persistent scheduling right after the autotune space and occupancy (the
+# perf-knobs catalog lists them first, but a persistent grid of one block per SM, tried before
+# occupancy is raised, leaves most of each SM idle, as the default occupancy of the reference
+# row kernels did, and with the early-stop rules two misses end a run before the occupancy win
+# is tried); compute-bound, TF32 first (a
+# second thought, tier 1: the recipe cannot see whether the spec has fp32 at all), grouped
+# ordering and persistent scheduling after the tile space.
+_CUTILE_MEMORY = ["autotune", "occupancy", "tma", "persistent", "block", "store-tma", "latency", "approx", "ftz"]
 CUTILE_PRIORITY = {
     "element-wise": _CUTILE_MEMORY,
     "norm-like": _CUTILE_MEMORY,
     "reduction": _CUTILE_MEMORY,
-    "dot": ["occupancy", "block", "latency", "approx", "ftz", "store-tma", "num_ctas"],
+    "dot": ["tf32", "autotune", "occupancy", "block", "grouped-ordering", "persistent", "tma", "latency", "approx",
+            "ftz", "store-tma", "num_ctas"],
 }
 PRIORITY = TRITON_PRIORITY  # the Triton table, under its earlier name
+
+# A measured bottleneck (`tileloop profile`, from Nsight Compute) moves the kinds that address it
+# to the front, in this order, and the kinds that cannot help to the back of the table; without a
+# profile the static order above stands. Latency-bound (neither unit busy): more work in flight
+# per SM or more programs. Memory-bound: fewer or better-cached bytes; math rewrites cannot help.
+# Compute-bound: the instruction mix and tile shape; cache policy cannot help.
+BOTTLENECK_ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "latency-bound": (("occupancy", "tileir-configs", "persistent", "block", "num_warps", "num_stages", "latency"), ()),
+    "memory-bound": (("block", "eviction", "store-tma", "tma", "num_stages"), ("exp2", "sigmoid", "approx", "ftz")),
+    "compute-bound": (("autotune", "grouped-ordering", "exp2", "sigmoid", "approx", "ftz"), ("eviction", "store-tma")),
+    "balanced": ((), ()),
+}
 
 
 @dataclass(frozen=True)
@@ -43,10 +72,28 @@ class Analysis:
     language: str
     kernel_class: str  # dot | norm-like | reduction | element-wise
     calls: frozenset[str]
+    bottleneck: str | None = None  # measured (tileloop profile); None: the static order
+    backend: str | None = None  # the run's target backend (ptx | tileir | interpreter | cutile); None: not known
+    arch: str | None = None  # the run's GPU architecture, e.g. "sm_100"; None: not known (a CPU run, a preview)
+
+    def __post_init__(self):
+        if self.bottleneck is not None and self.bottleneck not in BOTTLENECK_ORDER:
+            raise ValueError(f"bottleneck must be one of {', '.join(BOTTLENECK_ORDER)}, got {self.bottleneck!r}")
+
+    @property
+    def capability(self) -> int | None:
+        """The architecture as a number (sm_100 -> 100), None when not known."""
+        m = re.fullmatch(r"sm_(\d+)a?", self.arch or "")
+        return int(m.group(1)) if m else None
 
     def priority(self) -> list[str]:
         table = CUTILE_PRIORITY if self.language == "cutile" else TRITON_PRIORITY
-        return list(table[self.kernel_class])
+        order = list(table[self.kernel_class])
+        if self.bottleneck is None:
+            return order
+        promote, demote = BOTTLENECK_ORDER[self.bottleneck]
+        rest = [k for k in order if k not in promote and k not in demote]
+        return [*promote, *rest, *(k for k in order if k in demote)]
 
 
 def _called_attrs(tree: ast.AST) -> set[str]:
@@ -61,7 +108,7 @@ def _called_attrs(tree: ast.AST) -> set[str]:
     return names
 
 
-def analyze(source: str) -> Analysis:
+def analyze(source: str, bottleneck: str | None = None, backend: str | None = None, arch: str | None = None) -> Analysis:
     tree = ast.parse(source)
     language = detect_language(tree) or "triton"
     calls = _called_attrs(tree)
@@ -73,4 +120,4 @@ def analyze(source: str) -> Analysis:
         cls = "reduction"
     else:
         cls = "element-wise"
-    return Analysis(language, cls, frozenset(calls))
+    return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch)

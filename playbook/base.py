@@ -56,14 +56,19 @@ def get(recipe_id: str) -> Recipe:
 
 def _load() -> None:
     from playbook import (autotune, cutile_hints, cutile_knobs, eviction, fastmath, grouped,  # noqa: F401
-                          launch)  # (they register on import)
+                          launch, tensor_descriptor)  # (they register on import)
+    from playbook import cutile_autotune  # noqa: F401
+    from playbook import persistent, tileir_configs  # noqa: F401
+    from playbook import cutile_grouped, cutile_schedule, cutile_tf32, cutile_tma  # noqa: F401
 
 
-def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str]) -> Candidate | None:
-    """The first untried candidate in priority order; kinds kept at low gain go last."""
+def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],
+                   skip: Sequence[str] = ()) -> Candidate | None:
+    """The first untried candidate in priority order; kinds kept at low gain go last; recipes in
+    `skip` (ids) are never asked."""
     pool: list[Candidate] = []
     for recipe in recipes():
-        if analysis.language in recipe.languages and recipe.applies(analysis):
+        if recipe.id not in skip and analysis.language in recipe.languages and recipe.applies(analysis):
             pool.extend(c for c in recipe.candidates(source, analysis) if c.key not in tried)
     order = analysis.priority()
     rank = {kind: i for i, kind in enumerate(order)}

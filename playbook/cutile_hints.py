@@ -4,6 +4,9 @@
   which tends to pick 1 for one-row-per-block kernels and leaves most of the chip idle): x2.
 * UPPERCASE power-of-two module constants passed to `ct.launch(...)` as kernel arguments
   (tile sizes, used by the grid too): x2.
+
+Knobs that an autotune space of the target owns (`cutile-autotune`: its `_TUNE_SPACES` configs)
+are left to the tuner: a hand step on them would be overridden by, or fight, the tuned choice.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
+from playbook.cutile_autotune import owned_knobs
 from playbook.launch import _SetConstant, module_constants
 
 MAX_OCCUPANCY = 32
@@ -87,6 +91,7 @@ class CuTileHint:
 
     def candidates(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = cst.parse_module(source)
+        owned = owned_knobs(module)
         out = []
         for stmt in module.body:
             if not isinstance(stmt, cst.FunctionDef):
@@ -95,7 +100,7 @@ class CuTileHint:
                 if not _is_ct_kernel(dec):
                     continue
                 occ = _occupancy(dec)
-                if occ is None or max(occ * 2, 2) > MAX_OCCUPANCY:
+                if occ is None or max(occ * 2, 2) > MAX_OCCUPANCY or "occupancy" in owned:
                     continue
                 new, old = max(occ * 2, 2), str(occ) if occ else "auto"
                 code = module.visit(_SetOccupancy(stmt.name.value, new)).code
@@ -107,7 +112,7 @@ class CuTileHint:
         consts = _LaunchConstants(module_constants(module))
         module.visit(consts)
         for name, value in consts.found.items():
-            if value * 2 > MAX_TILE:
+            if value * 2 > MAX_TILE or name in owned:
                 continue
             code = module.visit(_SetConstant(name, value * 2)).code
             out.append(Candidate(self.id, "block", f"{self.id}:{name}={value * 2}", f"{name} {value} -> {value * 2}",

@@ -126,6 +126,13 @@ def test_tracked_changes_with_json_print_one_json_object(kernel_repo, capsys, no
     assert_untouched(kernel_repo, before)
 
 
+def test_unknown_skip_recipe(kernel_repo, capsys, no_probe):
+    before = snapshot(kernel_repo)
+    assert_user_error(capsys, ["run", "kernels/vector_add/vector_add_triton.py", "--device", "cpu", "--skip-recipe", "no-such"],
+                      "unknown recipe 'no-such'", "launch-param")
+    assert_untouched(kernel_repo, before)
+
+
 def test_target_missing(kernel_repo, capsys, no_probe):
     before = snapshot(kernel_repo)
     assert_user_error(capsys, ["init", "kernels/vector_add/nothing_here_triton.py", "--device", "cpu"],

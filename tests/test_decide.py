@@ -396,3 +396,22 @@ def test_planted_slowdown_is_caught_by_the_regression_rule_when_other_shapes_imp
     regressions = sum(d.action == "revert" and d.verdict == "regression" for d in decisions)
     # power of a 2%-wide test against a 5% slowdown at 2% noise and 30 samples is ~96%
     assert regressions >= 180
+
+
+def test_an_interruption_is_not_a_crash_for_the_stop_rules():
+    """A kill right after a genuine crash must not escalate on resume: the interrupted iteration counts
+    as an iteration, but neither as a crash nor as a non-improvement."""
+    from types import SimpleNamespace
+
+    from loop.experiment import Experiment
+
+    state = SimpleNamespace(last_iteration=3, active_s=10.0, outcomes=["keep", "crash", "crash"],
+                            verdicts=["improved", "compile_error", "interrupted"], crash_causes=["compile_error", "interrupted"])
+    p = Experiment.progress(SimpleNamespace(state=state))
+    assert p.iterations == 3 and p.outcomes == ("keep", "crash") and p.crash_causes == ("compile_error",)
+    assert p.last_verdict == "compile_error"
+    policy = Policy(max_iters=25, early_stop=False)
+    assert stop_state(policy, p).state == "continue"
+    # a second genuine crash still escalates
+    state.outcomes.append("crash"), state.verdicts.append("runtime_error"), state.crash_causes.append("runtime_error")
+    assert stop_state(policy, Experiment.progress(SimpleNamespace(state=state))).state == "escalate"

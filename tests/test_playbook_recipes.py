@@ -570,11 +570,14 @@ def test_priority_tables_cover_every_kind_the_recipes_emit():
     assert triton_kinds <= set().union(*TRITON_PRIORITY.values())
     assert cutile_kinds <= set().union(*CUTILE_PRIORITY.values())
     mem = TRITON_PRIORITY["element-wise"]
-    assert mem[:5] == ["block", "autotune", "num_warps", "eviction", "num_stages"]
-    assert TRITON_PRIORITY["dot"][:3] == ["autotune", "grouped-ordering", "num_stages"]
+    assert mem[:7] == ["block", "autotune", "tileir-configs", "persistent", "num_warps", "eviction", "num_stages"]
+    dot = ["autotune", "tma", "grouped-ordering", "num_stages"]
+    assert [k for k in TRITON_PRIORITY["dot"] if k in dot] == dot
     for cls, order in CUTILE_PRIORITY.items():
-        assert order[0] == "occupancy" and order[1] == "block"
+        assert order.index("autotune") < order.index("occupancy") < order.index("block")  # the space first
         assert order.index("latency") < order.index("approx")
+    for cls in ("element-wise", "norm-like", "reduction"):  # occupancy before a persistent grid sized by it
+        assert CUTILE_PRIORITY[cls].index("occupancy") < CUTILE_PRIORITY[cls].index("persistent")
 
 
 def drain(source: str, demoted=(), limit: int = 99) -> list:
@@ -588,21 +591,28 @@ def drain(source: str, demoted=(), limit: int = 99) -> list:
 
 def test_next_candidate_order_over_all_recipes_for_a_memory_bound_triton_kernel():
     order = [c.key for c in drain(src("row_sum", "triton"))]
-    assert order == ["launch-param:BLOCK=256", "triton-autotune:row_sum_kernel", "launch-param:num_warps=2",
-                     "eviction-policy:evict_first", "launch-param:num_stages=4", "launch-param:BLOCK=64"]
+    assert order == ["launch-param:BLOCK=256", "triton-autotune:row_sum_kernel", "triton-persistent:row_sum_kernel",
+                     "launch-param:num_warps=2", "eviction-policy:evict_first", "launch-param:num_stages=4",
+                     "launch-param:BLOCK=64",  # second thoughts (one step down) after every first-line move
+                     "launch-param:BLOCK=512", "launch-param:BLOCK=32", "launch-param:num_warps=4"]  # two-step moves last
 
 
 def test_next_candidate_order_for_dot_and_cutile_kernels():
-    assert [c.kind for c in drain(src("matmul", "triton"), limit=3)] == ["autotune", "grouped-ordering", "num_stages"]
+    dot = ["autotune", "tma", "grouped-ordering", "num_stages"]
+    assert [c.kind for c in drain(src("matmul", "triton"), limit=6) if c.kind in dot][:4] == dot
     kinds = [c.kind for c in drain(src("softmax", "cutile"))]
-    assert kinds[0] == "occupancy"
+    assert kinds.index("autotune") < kinds.index("occupancy")
     assert kinds.index("latency") < kinds.index("approx") < kinds.index("ftz")
-    assert [c.kind for c in drain(src("matmul", "cutile"), limit=4)] == ["occupancy", "block", "block", "block"]
+    mm = [c.kind for c in drain(src("matmul", "cutile"))]
+    assert [k for k in mm if k in ("autotune", "occupancy", "block")][:5] == ["autotune", "occupancy", "block", "block",
+                                                                            "block"]
 
 
 def test_next_candidate_demoted_kinds_go_last_and_tried_keys_are_skipped():
     order = drain(src("row_sum", "triton"), demoted=["block", "autotune"])
-    assert [c.kind for c in order][-3:] == ["block", "autotune", "block"]  # demoted last; step-down last of those
+    kinds = [c.kind for c in order]
+    assert kinds[:5] == ["persistent", "num_warps", "eviction", "num_stages", "num_warps"]  # the others first, by tier
+    assert kinds[5:] == ["block", "autotune", "block", "block", "block"]  # demoted last, by tier among themselves
     an = analyze(src("row_sum", "triton"))
     c = next_candidate(src("row_sum", "triton"), an, ["launch-param:BLOCK=256"], [])
     assert c.key == "triton-autotune:row_sum_kernel"

@@ -329,3 +329,10 @@ def test_launch_param_steps_down_after_up_and_never_back_to_seen_values():
     assert {"launch-param:BLOCK=512", "launch-param:num_warps=4"} <= set(current_keys(source))
     floor = VECTOR_ADD_TRITON.read_text().replace("BLOCK = 128", "BLOCK = 16")
     assert "launch-param:BLOCK=8" not in [c.key for c in candidates("launch-param", floor)]
+
+
+def test_next_candidate_never_asks_skipped_recipes(known_recipes):
+    source = VECTOR_ADD_TRITON.read_text()
+    a = analyze(source)
+    assert next_candidate(source, a, tried=[], demoted=[]).recipe == "launch-param"
+    assert next_candidate(source, a, tried=[], demoted=[], skip=["launch-param"]) is None

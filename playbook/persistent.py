@@ -1,0 +1,369 @@
+"""Recipe `triton-persistent`: a fixed grid of programs that loop over the work items.
+
+A kernel launched with one program per work item (a row, a block of elements, an output tile)
+becomes persistent: the launch starts `min(work items, SMs x PROGRAMS_PER_SM)` programs and each
+walks the work items `tl.num_programs(0)` apart,
+
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+
+so every item is still computed exactly once, by the program the round-robin gives it. The
+original grid is kept as the loop bound, translated into kernel terms:
+
+* 1-D grids (`(rows,)`, `(triton.cdiv(n, BLOCK),)`): the program id statement `row = tl.program_id(0)`
+  becomes the loop variable. A bound the kernel cannot compute from its arguments (`rows` is not
+  passed to the softmax kernel) becomes a new runtime parameter (`n_rows`), passed by keyword.
+* 2-D and 3-D grids (`(triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))`): one loop over the
+  linear tile index, decoded axis 0 fastest (the order in which a grid is dispatched), so
+  `pid_m`, `pid_n` keep their meaning. `tl.num_programs(a)` reads become the grid sizes, and the
+  launch-order index `tl.program_id(1) * num_pid_m + tl.program_id(0)` of grouped ordering
+  becomes the loop variable: GROUP_SIZE_M swizzling composes unchanged.
+* A grid that is a function of the autotuner's meta-parameters (`lambda meta: ...`) stays one:
+  `meta["BLOCK"]` becomes the kernel's own `BLOCK`.
+
+Statements that do not depend on the work item and are assigned once (`offs_k = tl.arange(...)`,
+`num_pid_m = tl.cdiv(...)`) stay before the loop, computed once per program. The SM count comes
+from `torch.cuda.get_device_properties(device).multi_processor_count` of the device the data is
+on (cached per device; a CPU tensor under the Triton interpreter counts as one SM).
+`PROGRAMS_PER_SM` starts at an estimate of the programs one SM holds at the launch's num_warps;
+once the kernel is persistent the recipe proposes halving and doubling it (second thoughts).
+
+Skipped (with the reason): kernels that `return` (an early exit would drop the program's other
+items), that use `tl.atomic_cas` / `tl.atomic_xchg` (a program may spin on an item it owns
+itself), that reassign a parameter (`x_ptr += ...` would carry over to the next item), that are
+already persistent, whose program ids reach helper functions, whose grid is not a tuple of 1-3
+sizes or reads a name the wrapper reassigns, or that are launched more than once. The kernel side
+of the rewrite lives in playbook/persistent_loop.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import libcst as cst
+
+from playbook.analysis import Analysis
+from playbook.base import Candidate, register
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, add_kwarg, aliases, calls, checked, int_value,
+                               is_constexpr, module_functions, module_int_constants, names_in, params, parse, replace,
+                               triton_kernels, triton_launches, walk)
+from playbook.persistent_loop import (WRAPPER_INDENT, Grid, Translator, bound_args, code_of, plan_kernel, resolve_grid,
+                                      simple_assign)
+
+CONSTANT = "PROGRAMS_PER_SM"
+HELPER = "_num_sms"
+MAX_PROGRAMS_PER_SM = 32  # resident thread blocks per SM (sm_80 .. sm_100)
+WARP_SLOTS_PER_SM = 64  # resident warps per SM (sm_80, sm_90, sm_100; 48 on sm_86/89/120)
+DOT_WARPS_PER_SM = 16  # dot tiles: registers (~128 a thread) bound residency before warp slots do
+DEFAULT_NUM_WARPS = 4  # Triton's default when the launch does not set num_warps
+LINE_WIDTH = 120
+
+
+def programs_per_sm(num_warps: int, dot: bool) -> int:
+    """Programs one SM holds at `num_warps` warps each (an estimate: warp slots, or registers for dot tiles)."""
+    return max(1, min(MAX_PROGRAMS_PER_SM, (DOT_WARPS_PER_SM if dot else WARP_SLOTS_PER_SM) // num_warps))
+
+
+# ----------------------------------------------------------------------------------- the host side
+
+
+def import_alias(module: cst.Module, name: str) -> str | None:
+    """The local name of a top-level `import name [as alias]`."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if isinstance(alias.name, cst.Name) and alias.name.value == name:
+                            return alias.asname.name.value if alias.asname is not None else name
+    return None
+
+
+def _launch_num_warps(launch: Launch, constants: dict[str, int]) -> int:
+    arg = launch.kwarg("num_warps")
+    value = int_value(arg.value, constants) if arg is not None else None
+    return value[0] if value else DEFAULT_NUM_WARPS
+
+
+def _device_tensor(launch: Launch, fn: cst.FunctionDef) -> str:
+    """A tensor argument of the wrapper passed to the kernel (a `*_ptr` parameter first): its device is
+    the one whose SMs count."""
+    wrapper_params = {p.name.value for p in params(launch.wrapper)}
+    found = [(not pname.endswith("ptr"), value.value) for pname, value in bound_args(launch, [p.name.value for p in params(fn)])
+             if isinstance(value, cst.Name) and value.value in wrapper_params]
+    if not found:
+        raise Skip(f"cannot tell which tensor argument of {launch.wrapper.name.value} gives the device (for its SM count)")
+    return min(found, key=lambda f: f[0])[1]
+
+
+def _grid_code(grid: Grid, device: str, column: int) -> str:
+    """The persistent grid; past LINE_WIDTH (starting at `column`) the second argument of min() goes on
+    a line of its own."""
+    simple = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer)
+    factors = [code_of(a) if isinstance(a, simple) else f"({code_of(a)})" for a in grid.axes]
+    first, second = f"(min({' * '.join(factors)}, ", f"{HELPER}({device}.device) * {CONSTANT}),)"
+    if column + len(first) + len(second) > LINE_WIDTH:
+        # (libcst re-adds the wrapper's indentation to a continuation line parsed at column 0)
+        return first.rstrip() + "\n" + " " * (column + len("(min(") - WRAPPER_INDENT) + second
+    return first + second
+
+
+def _with_params(fn: cst.FunctionDef, names: list[str], launch: Launch, al: Aliases) -> cst.FunctionDef:
+    """`fn` with runtime parameters `names` before its first constexpr parameter (or last, when the
+    launch passes constexprs by position); the launch passes them by keyword."""
+    if not names:
+        return fn
+    positional = next((i for i, a in enumerate(launch.call.args) if a.keyword is not None or a.star),
+                      len(launch.call.args))
+    ps = list(fn.params.params)
+    if fn.params.posonly_params or fn.params.kwonly_params or isinstance(fn.params.star_arg, cst.Param) \
+            or fn.params.star_kwarg is not None or any(p.default is not None for p in ps):
+        raise Skip(f"{fn.name.value} has parameter defaults, *args or keyword-only parameters")
+    at = next((i for i, p in enumerate(ps) if is_constexpr(p, al)), len(ps))
+    if at < positional:
+        at = len(ps)
+    if any(a.star for a in launch.call.args):  # *args fill positions up to `at` only if the rest come by keyword
+        by_keyword = {a.keyword.value for a in launch.call.args if a.keyword is not None}
+        if any(p.name.value not in by_keyword for p in ps[at:]):
+            raise Skip(f"the launch of {fn.name.value} passes *args: cannot tell where a new parameter may go")
+    new = [cst.Param(cst.Name(n), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for n in names]
+    if at == 0:
+        out = [*new, *ps]
+    else:
+        prev = ps[at - 1]
+        new[-1] = new[-1].with_changes(comma=prev.comma)
+        out = [*ps[:at - 1], prev.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *new, *ps[at:]]
+    return fn.with_changes(params=fn.params.with_changes(params=out))
+
+
+def _with_kwargs(call: cst.Call, kwargs: dict[str, cst.BaseExpression]) -> cst.Call:
+    """`call` with `name=value` arguments before its first keyword argument (appended if none)."""
+    for name, value in kwargs.items():
+        args = list(call.args)
+        at = next((i for i, a in enumerate(args) if a.keyword is not None), None)
+        if at is None:
+            call = add_kwarg(call, name, value)
+            continue
+        new = cst.Arg(keyword=cst.Name(name), value=value, equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        call = call.with_changes(args=[*args[:at], new, *args[at:]])
+    return call
+
+
+def _import_lines(body: list) -> list[tuple[int, str]]:
+    """(index, top-level module) of the module's import statements before its first definition."""
+    out = []
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+            small = stmt.body[0]
+            if isinstance(small, cst.Import):
+                out.append((i, code_of(small.names[0].name).split(".")[0]))
+            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                out.append((i, code_of(small.module).split(".")[0]))
+    return out
+
+
+def _insert_import(body: list, name: str, group: list[tuple[int, str]], new_group_at: int) -> None:
+    """`import name` in sorted position within `group` (index, module) of import lines, or as a group
+    of its own before line `new_group_at` when `group` is empty."""
+    if group:
+        after = [i for i, mod in group if mod < name]
+        at = after[-1] + 1 if after else group[0][0]
+        line = cst.parse_statement(f"import {name}\n")
+        if not after:  # first of its group: it takes the group's leading lines
+            line = line.with_changes(leading_lines=body[at].leading_lines)
+            body[at] = body[at].with_changes(leading_lines=[])
+        body.insert(at, line)
+        return
+    line = cst.parse_statement(f"import {name}\n").with_changes(leading_lines=body[new_group_at].leading_lines)
+    body[new_group_at] = body[new_group_at].with_changes(leading_lines=[cst.EmptyLine()])
+    body.insert(new_group_at, line)
+
+
+def _imports(module: cst.Module) -> tuple[cst.Module, str, str]:
+    """`module` importing functools (with the standard library) and torch (with triton) where it does
+    not, and their local names."""
+    ft, th = import_alias(module, "functools"), import_alias(module, "torch")
+    body = list(module.body)
+    lines = _import_lines(body)
+    if not lines:
+        raise Skip("the target has no imports")
+    if th is None:
+        third = [(i, mod) for i, mod in lines if mod not in sys.stdlib_module_names]
+        _insert_import(body, "torch", third, lines[0][0])
+        th = "torch"
+    if ft is None:
+        lines = _import_lines(body)
+        std = [(i, mod) for i, mod in lines if mod in sys.stdlib_module_names]
+        _insert_import(body, "functools", std, lines[0][0])
+        ft = "functools"
+    return module.with_changes(body=body), ft, th
+
+
+def _add_module_parts(module: cst.Module, wrapper: str, programs: int, warps: int, dot: bool) -> cst.Module:
+    module, ft, th = _imports(module)
+    body = list(module.body)
+    first_def = next((i for i, s in enumerate(body) if isinstance(s, (cst.FunctionDef, cst.ClassDef))), len(body))
+    consts = [i for i, s in enumerate(body[:first_def]) if simple_assign(s) and simple_assign(s)[0].isupper()]
+    imports = [i for i, s in enumerate(body[:first_def]) if isinstance(s, cst.SimpleStatementLine)
+               and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
+    why = "dot tiles, registers" if dot else "warp slots"
+    const = cst.parse_statement(f"{CONSTANT} = {programs}  # persistent grid: programs per SM (~ what one SM holds at "
+                                f"num_warps={warps}: {why})\n")
+    if consts:
+        at = consts[-1] + 1
+    else:
+        at = imports[-1] + 1
+        const = const.with_changes(leading_lines=[cst.EmptyLine()])
+    body.insert(at, const)
+    helper = cst.parse_statement(
+        f"@{ft}.cache\n"
+        f"def {HELPER}(device: {th}.device) -> int:\n"
+        f'    """Streaming multiprocessors of `device`, asked once per device; a CPU tensor (the Triton\n'
+        f'    interpreter) counts as one."""\n'
+        f'    if device.type != "cuda":\n'
+        f"        return 1\n"
+        f"    return {th}.cuda.get_device_properties(device).multi_processor_count\n")
+    at = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == wrapper)
+    helper = helper.with_changes(leading_lines=body[at].leading_lines)
+    body.insert(at, helper)
+    return module.with_changes(body=body)
+
+
+class _Shift(cst.CSTTransformer):
+    """Continuation lines `delta` columns further right (they were aligned with a moved parenthesis)."""
+
+    def __init__(self, delta: int):
+        self.delta = delta
+
+    def leave_ParenthesizedWhitespace(self, original, updated):
+        width = len(updated.last_line.value) + self.delta
+        if not updated.last_line.value or width < 0:
+            return updated
+        return updated.with_changes(last_line=cst.SimpleWhitespace(" " * width))
+
+
+def _name_inline_grid(module: cst.Module, kernel: str, func_width: int) -> cst.Module:
+    """`kernel[(min(...),)](...)` -> `grid = (min(...),)` on the line before and `kernel[grid](...)`
+    (the launch line stays readable), when the launch is a statement of its wrapper and `grid` is free;
+    `func_width` is the width of `kernel[...]` in the original source (continuation lines follow it)."""
+    launches = triton_launches(module, [kernel])
+    if len(launches) != 1 or isinstance(launches[0].grid, cst.Name):
+        return module
+    launch = launches[0]
+    if "grid" in names_in(launch.wrapper):
+        return module
+    stmts = list(launch.wrapper.body.body)
+    at = next((i for i, st in enumerate(stmts) if any(n is launch.call for n in walk(st))), None)
+    if at is None or not isinstance(stmts[at], cst.SimpleStatementLine):
+        return module  # inside a loop or a branch the grid may read names bound there
+    assign = cst.parse_statement(f"grid = {cst.Module([]).code_for_node(launch.grid)}\n")
+    sub = launch.call.func
+    call = launch.call.with_changes(func=sub.with_changes(slice=[sub.slice[0].with_changes(
+        slice=cst.Index(cst.Name("grid")))]))
+    if not isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):  # arguments aligned with the paren
+        call = call.visit(_Shift(len(code_of(call.func)) - func_width))
+    stmt = replace(stmts[at], {launch.call: call})
+    stmts[at:at + 1] = [assign.with_changes(leading_lines=stmt.leading_lines), stmt.with_changes(leading_lines=[])]
+    return replace(module, {launch.wrapper: launch.wrapper.with_changes(
+        body=launch.wrapper.body.with_changes(body=stmts))})
+
+
+# ----------------------------------------------------------------------------------- the recipe
+
+
+def _hypothesis(name: str, items: str, programs: int) -> str:
+    return (f"{name}: min({items}, SMs x {programs}) programs that loop over the {items} instead of one program per "
+            f"item: per-program setup is paid once per program and the launch has no partial last wave; expect "
+            f"0-10% where items are many and short (items >> SMs x {programs}), ~0 where each item is long, a loss "
+            f"if fewer programs are resident than the SM could hold (then step {CONSTANT})")
+
+
+STEP_HYPOTHESIS = ("{old} -> {new} programs per SM on the persistent grid: {why}; expect a few % either way, the best "
+                   "value is the number of programs an SM really holds at this config")
+
+
+@register
+class TritonPersistent(PatternRecipe):
+    id = "triton-persistent"
+    title = "Persistent scheduling: a fixed grid of SMs x PROGRAMS_PER_SM programs looping over the work items"
+    languages = ("triton",)
+
+    def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
+        module = parse(source)
+        al = aliases(module)
+        if not (al.triton and al.tl):
+            raise Skip("needs `import triton` and `import triton.language as tl`")
+        kernels = triton_kernels(module, al)
+        launches = triton_launches(module, kernels)
+        out, reasons = self._steps(module), []
+        for name, fn in kernels.items():
+            mine = [launch for launch in launches if launch.kernel == name]
+            try:
+                if len(mine) != 1:
+                    raise Skip(f"{name} is launched {len(mine)} times (one launch expected)")
+                out.append(self._rewrite(module, al, fn, mine[0], {k: f for k, f in kernels.items() if k != name}))
+            except Skip as exc:
+                reasons.append(str(exc))
+        if not out:
+            raise Skip("; ".join(reasons) or "no @triton.jit kernel")
+        return out
+
+    def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch,
+                 helpers: dict[str, cst.FunctionDef]) -> Candidate:
+        name = fn.name.value
+        defined = {f.name.value for f in module_functions(module)} | set(module_int_constants(module))
+        if {CONSTANT, HELPER} & defined:
+            raise Skip(f"{CONSTANT} or {HELPER} is already defined")
+        grid = resolve_grid(launch)
+        plan = plan_kernel(fn, al.tl, grid, Translator(launch, fn, al, grid.meta), helpers)
+        device = _device_tensor(launch, fn)
+        new_fn = _with_params(fn.with_changes(body=fn.body.with_changes(body=plan.body)), list(plan.new_params),
+                              launch, al)
+        mapping = {
+            fn: new_fn,
+            grid.tuple_node: cst.parse_expression(_grid_code(grid, device, grid.column)),
+            launch.call: lambda upd: _with_kwargs(upd, plan.new_params),
+        }
+        new = replace(module, mapping)
+        warps = _launch_num_warps(launch, module_int_constants(module))
+        dot = bool(calls(fn.body, al.tl, "dot"))
+        programs = programs_per_sm(warps, dot)
+        new = _name_inline_grid(new, name, len(code_of(launch.call.func)))
+        new = _add_module_parts(new, launch.wrapper.name.value, programs, warps, dot)
+        code = checked(new.code)
+        return Candidate(self.id, "persistent", f"{self.id}:{name}",
+                         f"{name}: persistent, {plan.items} looped over min({plan.items}, SMs x {programs}) programs",
+                         _hypothesis(name, plan.items, programs), code)
+
+    def _steps(self, module: cst.Module) -> list[Candidate]:
+        """Second thoughts on a persistent kernel: PROGRAMS_PER_SM halved and doubled."""
+        value = module_int_constants(module).get(CONSTANT)
+        if value is None or HELPER not in {f.name.value for f in module_functions(module)}:
+            return []
+        out = []
+        for new, why in ((value * 2, "more programs to hide memory latency"),
+                         (value // 2, "fewer programs, each with more work and more registers")):
+            if not 1 <= new <= MAX_PROGRAMS_PER_SM:
+                continue
+            code = checked(module.visit(_SetConstant(CONSTANT, new)).code)
+            out.append(Candidate(self.id, "persistent", f"{self.id}:{CONSTANT}={new}", f"{CONSTANT} {value} -> {new}",
+                                 STEP_HYPOTHESIS.format(old=value, new=new, why=why), code, tier=1))
+        return out
+
+    def current_keys(self, source: str) -> list[str]:
+        value = module_int_constants(parse(source)).get(CONSTANT)
+        return [f"{self.id}:{CONSTANT}={value}"] if value is not None else []
+
+
+class _SetConstant(cst.CSTTransformer):
+    def __init__(self, name: str, value: int):
+        self.name, self.value = name, value
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        if (len(updated.targets) == 1 and isinstance(updated.targets[0].target, cst.Name)
+                and updated.targets[0].target.value == self.name and isinstance(updated.value, cst.Integer)):
+            return updated.with_changes(value=cst.Integer(str(self.value)))
+        return updated

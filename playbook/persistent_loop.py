@@ -1,0 +1,366 @@
+"""The kernel side of `triton-persistent`: a launch's grid in kernel terms, and the kernel body
+rewritten into a loop over its work items (see playbook/persistent.py for the recipe).
+
+`plan_kernel` decides, statement by statement, what becomes of the body: the statements that
+name the program ids (`row = tl.program_id(0)`) become the loop variable or are decoded from it,
+`x = tl.num_programs(a)` becomes the grid size it stood for, work-item invariant index
+arithmetic assigned once stays before the loop, and everything else moves into the loop in its
+original order. Anything it cannot rewrite safely raises `Skip` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from playbook.cst_util import (Aliases, Launch, Skip, calls, is_call, is_constexpr, names_in, params, walk)
+from playbook.eviction import assignments
+
+HOISTABLE = {"arange", "cdiv", "minimum", "maximum", "multiple_of", "max_contiguous", "full", "zeros"}
+SPINNING = ("atomic_cas", "atomic_xchg")  # flags and locks between programs
+WRAPPER_INDENT = 4  # a launch wrapper's statements, in a module-level function
+SIZE_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+OP_TEXT = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.FloorDivide: "//"}
+
+
+# ----------------------------------------------------------------------------------- small helpers
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """The source of an expression, without its outer parentheses."""
+    if hasattr(node, "lpar"):
+        node = node.with_changes(lpar=[], rpar=[])
+    return cst.Module([]).code_for_node(node)
+
+
+def _unparen(code: str) -> str:
+    """`code` without redundant outer parentheses."""
+    expr = cst.parse_expression(code)
+    return code_of(expr)
+
+
+def program_axis(call: cst.Call) -> int | None:
+    """The literal axis of `tl.program_id(a)` / `tl.num_programs(axis=a)`."""
+    if len(call.args) != 1 or (call.args[0].keyword is not None and call.args[0].keyword.value != "axis"):
+        return None
+    value = call.args[0].value
+    return int(value.evaluated_value) if isinstance(value, cst.Integer) else None
+
+
+def simple_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value) of a statement line `name = value`."""
+    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+        return stmt.body[0].targets[0].target.value, stmt.body[0].value
+    return None
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _reads_pid(node: cst.CSTNode, tl: str) -> bool:
+    return bool(calls(node, tl, "program_id", "num_programs"))
+
+
+def is_persistent(fn: cst.FunctionDef, tl: str) -> bool:
+    """A loop whose range reads `tl.num_programs`: the kernel already strides over its work."""
+    return any(isinstance(n, cst.For) and calls(n.iter, tl, "num_programs") for n in walk(fn.body))
+
+
+# ----------------------------------------------------------------------------------- the grid
+
+
+def bound_args(launch: Launch, pnames: list[str]) -> list[tuple[str, cst.BaseExpression]]:
+    """(kernel parameter, launch argument) pairs: positional ones up to the first `*args`, then keywords."""
+    out, positional = [], True
+    for i, arg in enumerate(launch.call.args):
+        if arg.keyword is not None:
+            if arg.keyword.value in pnames:
+                out.append((arg.keyword.value, arg.value))
+        elif arg.star or i >= len(pnames):
+            positional = False  # parameter positions past *args are unknown
+        elif positional:
+            out.append((pnames[i], arg.value))
+    return out
+
+
+@dataclass(frozen=True)
+class Grid:
+    tuple_node: cst.Tuple  # the grid tuple (inline, assigned to a name, or the body of a lambda)
+    axes: list[cst.BaseExpression]
+    meta: str | None  # the lambda's parameter, when the grid is a function of the meta-parameters
+    column: int  # where the tuple starts once it is assigned to a name (for line breaks)
+
+
+def resolve_grid(launch: Launch) -> Grid:
+    expr = launch.grid
+    if isinstance(expr, cst.Name):
+        assigns = [n for n in walk(launch.wrapper.body) if isinstance(n, cst.Assign)
+                   and any(isinstance(t.target, cst.Name) and t.target.value == expr.value for t in n.targets)]
+        uses = [n for n in walk(launch.wrapper.body) if isinstance(n, cst.Name) and n.value == expr.value]
+        if len(assigns) != 1 or len(assigns[0].targets) != 1 or len(uses) != 2:
+            raise Skip(f"grid `{expr.value}` is not assigned exactly once and used only by the launch")
+        expr = assigns[0].value
+    meta = None
+    if isinstance(expr, cst.Lambda):
+        ps = expr.params
+        if len(ps.params) != 1 or ps.posonly_params or ps.kwonly_params or ps.star_kwarg is not None \
+                or isinstance(ps.star_arg, cst.Param):
+            raise Skip("the grid function does not take exactly one argument (the meta-parameters)")
+        meta = ps.params[0].name.value
+        expr = expr.body
+    if not isinstance(expr, cst.Tuple) or not 1 <= len(expr.elements) <= 3 \
+            or any(isinstance(e, cst.StarredElement) for e in expr.elements):
+        raise Skip(f"the grid is not a tuple of 1 to 3 sizes: `{code_of(expr)}`")
+    column = WRAPPER_INDENT + len(f"{code_of(launch.grid) if isinstance(launch.grid, cst.Name) else 'grid'} = ")
+    column += len(f"lambda {meta}: ") if meta else 0
+    return Grid(expr, [e.value for e in expr.elements], meta, column)
+
+
+class Translator:
+    """Grid sizes (wrapper expressions) as kernel expressions: names through the launch arguments
+    they are passed as, `meta["BLOCK"]` as the constexpr BLOCK, `triton.cdiv` as `tl.cdiv`."""
+
+    def __init__(self, launch: Launch, fn: cst.FunctionDef, al: Aliases, meta: str | None):
+        self.tl, self.triton, self.meta = al.tl, al.triton, meta
+        pnames = [p.name.value for p in params(fn)]
+        self.constexprs = {p.name.value for p in params(fn) if is_constexpr(p, al)}
+        self.by_code: dict[str, str] = {}
+        for name, value in bound_args(launch, pnames):
+            if not isinstance(value, cst.Integer):
+                self.by_code.setdefault(code_of(value), name)
+        assigned = assignments(launch.wrapper)
+        self.unstable = {name for name, values in assigned.items() if len(values) > 1}
+
+    def __call__(self, expr: cst.BaseExpression) -> str | None:
+        code = code_of(expr)
+        if code in self.by_code:
+            return self.by_code[code]
+        if isinstance(expr, cst.Integer):
+            return expr.value
+        if (isinstance(expr, cst.Subscript) and self.meta and isinstance(expr.value, cst.Name)
+                and expr.value.value == self.meta and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+                and isinstance(expr.slice[0].slice.value, cst.SimpleString)):
+            key = expr.slice[0].slice.value.evaluated_value
+            return key if key in self.constexprs else None
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, SIZE_OPS):
+            left, right = self(expr.left), self(expr.right)
+            return None if left is None or right is None else f"({left} {OP_TEXT[type(expr.operator)]} {right})"
+        if is_call(expr, self.triton, "cdiv") and len(expr.args) == 2 and all(a.keyword is None for a in expr.args):
+            a, b = self(expr.args[0].value), self(expr.args[1].value)
+            return None if a is None or b is None else f"{self.tl}.cdiv({a}, {b})"
+        return None
+
+
+# ----------------------------------------------------------------------------------- the kernel
+
+
+
+@dataclass
+class KernelPlan:
+    """How one kernel becomes persistent."""
+    body: list[cst.BaseStatement]  # the new function body
+    new_params: dict[str, cst.BaseExpression]  # runtime size parameters to add -> the wrapper expression passed
+    items: str  # rows | blocks | tiles (for the title)
+
+
+class _ReplacePids(cst.CSTTransformer):
+    """`tl.program_id(a)` -> the work item's id on axis a; `tl.num_programs(a)` -> the grid's size on it."""
+
+    def __init__(self, tl: str, pid: dict[int, str], size: dict[int, str]):
+        self.tl, self.pid, self.size = tl, pid, size
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if is_call(original, self.tl, "program_id", "num_programs"):
+            table = self.pid if original.func.attr.value == "program_id" else self.size
+            return cst.Name(table[program_axis(original)])
+        return updated
+
+
+def _linear_pid(value: cst.BaseExpression, tl: str, size0: str) -> bool:
+    """`tl.program_id(1) * S0 + tl.program_id(0)` (either order), S0 the size of axis 0: the index
+    of the program in launch order (grouped ordering's `pid` on a 2-D grid)."""
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)):
+        return False
+    for prod, first in ((value.left, value.right), (value.right, value.left)):
+        if not (is_call(first, tl, "program_id") and program_axis(first) == 0):
+            continue
+        if isinstance(prod, cst.BinaryOperation) and isinstance(prod.operator, cst.Multiply):
+            for pid, size in ((prod.left, prod.right), (prod.right, prod.left)):
+                if is_call(pid, tl, "program_id") and program_axis(pid) == 1 and (
+                        (isinstance(size, cst.Name) and size.value == size0)
+                        or (is_call(size, tl, "num_programs") and program_axis(size) == 0)):
+                    return True
+    return False
+
+
+def _assigned_names(stmt: cst.CSTNode) -> set[str]:
+    """Names a statement binds, anywhere inside it (assignments, augmented assignments, for targets)."""
+    out: set[str] = set()
+    for node in walk(stmt):
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+            targets = [node.target]
+        else:
+            continue
+        for t in targets:
+            if isinstance(t, (cst.Name, cst.Tuple, cst.List)):
+                out |= {n.value for n in walk(t) if isinstance(n, cst.Name)}
+    return out
+
+
+def _hoistable(stmt: cst.CSTNode) -> bool:
+    """Only cheap, side-effect-free index arithmetic moves out of the loop (never a load)."""
+    for node in walk(stmt):
+        if isinstance(node, cst.Call):
+            if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in HOISTABLE):
+                return False
+    return True
+
+
+def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
+                helpers: dict[str, cst.FunctionDef]) -> KernelPlan:
+    name = fn.name.value
+    if any(isinstance(n, cst.Return) for n in walk(fn.body)):
+        raise Skip(f"{name} returns early: in a persistent loop that would drop the program's other work items")
+    if calls(fn.body, tl, *SPINNING):
+        raise Skip(f"{name} uses tl.atomic_cas / tl.atomic_xchg: a program could wait on a work item it owns itself")
+    if is_persistent(fn, tl):
+        raise Skip(f"{name} is already persistent (a loop strides by tl.num_programs)")
+    if not calls(fn.body, tl, "program_id"):
+        raise Skip(f"{name} does not read its program id")
+    axes = {program_axis(c) for c in calls(fn.body, tl, "program_id", "num_programs")}
+    if None in axes:
+        raise Skip(f"{name} reads a program id whose axis is not a literal")
+    n = len(grid.axes)
+    if max(axes) >= n:
+        raise Skip(f"{name} reads program axis {max(axes)} of a {n}-D grid")
+    called = {c.func.value for c in walk(fn.body) if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)}
+    for helper in sorted(called & set(helpers)):
+        if _reads_pid(helpers[helper], tl):
+            raise Skip(f"{name} calls {helper}, which reads the program id itself")
+    assigned = assignments(fn)
+    pnames = [p.name.value for p in params(fn)]
+    rebound = sorted(set(pnames) & set(assigned))
+    if rebound:
+        raise Skip(f"{name} reassigns its parameter {', '.join(rebound)}: a loop would carry the new value "
+                   f"from one work item to the next")
+
+    def once(var: str) -> bool:
+        return len(assigned.get(var, [])) == 1
+
+    stmts = list(fn.body.body)
+    # the kernel's own names for its program ids and grid sizes (top-level `x = tl.program_id(a)`)
+    pid: dict[int, str] = {}
+    size: dict[int, str] = {}
+    drop: set[int] = set()
+    size_stmt: dict[int, int] = {}  # axis -> index of its `x = tl.num_programs(a)` statement
+    for i, stmt in enumerate(stmts):
+        a = simple_assign(stmt)
+        if a is None or not once(a[0]):
+            continue
+        if is_call(a[1], tl, "program_id") and program_axis(a[1]) not in pid:
+            pid[program_axis(a[1])] = a[0]
+            drop.add(i)
+        elif is_call(a[1], tl, "num_programs") and program_axis(a[1]) not in size:
+            size[program_axis(a[1])] = a[0]
+            size_stmt[program_axis(a[1])] = i
+    own = {*pid.values(), *size.values()}
+    for a in range(n):
+        pid.setdefault(a, "pid" if n == 1 else f"pid_{a}")
+        size.setdefault(a, "n_rows" if n == 1 and pid[a] == "row" else f"num_{pid[a]}")
+
+    # the loop variable: the 1-D program id, or the launch-order index of a 2-D grid, or a new tile index
+    loop_var = pid[0] if n == 1 else None
+    if n == 2:
+        for i, stmt in enumerate(stmts):
+            a = simple_assign(stmt)
+            if a and i not in drop and once(a[0]) and _linear_pid(a[1], tl, size[0]):
+                loop_var = a[0]
+                own.add(a[0])
+                drop.add(i)
+                break
+    loop_var = loop_var or "tile_id"
+
+    # the grid in kernel terms; a size the kernel cannot compute from its arguments becomes a parameter
+    bounds: dict[int, str] = {}
+    new_params: dict[str, cst.BaseExpression] = {}
+    for a, expr in enumerate(grid.axes):
+        moving = sorted(names_in(expr) & translate.unstable)
+        if moving:  # the grid and the launch could see different values of it
+            raise Skip(f"the wrapper assigns {', '.join(moving)} more than once: the grid's value is not the launch's")
+        k = translate(expr)
+        if k is not None:
+            bounds[a] = _unparen(k)
+        elif grid.meta and grid.meta in names_in(expr):
+            raise Skip(f"grid axis {a} (`{code_of(expr)}`) reads the meta-parameters in a way the kernel cannot recompute")
+        else:  # named after the size, unless a `x = tl.num_programs(a)` statement already holds that name
+            param = size[a] if a not in size_stmt else f"grid_size_{a}"
+            new_params[param] = expr
+            bounds[a] = param
+    named = {size[program_axis(c)] for c in calls(fn.body, tl, "num_programs")} | ({size[a] for a in range(n)} if n > 1 else set())
+    declared = [a for a in range(n) if size[a] in named and a not in size_stmt and bounds[a] not in new_params]
+
+    replacer = _ReplacePids(tl, pid, size)
+    tainted = {loop_var, *pid.values()}
+    prefix: list[cst.BaseStatement] = []
+    hoisted: list[cst.BaseStatement] = [cst.parse_statement(f"{size[a]} = {bounds[a]}\n") for a in declared]
+    body: list[cst.BaseStatement] = []
+    carry: list[cst.EmptyLine] = []  # comments of dropped statements move to the next statement
+    for i, stmt in enumerate(stmts):
+        if i == 0 and _is_docstring(stmt):
+            prefix.append(stmt)
+            continue
+        if i in drop:
+            carry.extend(line for line in stmt.leading_lines if line.comment is not None)
+            continue
+        if carry:
+            stmt = stmt.with_changes(leading_lines=[*stmt.leading_lines, *carry])
+            carry = []
+        axis = next((a for a, j in size_stmt.items() if j == i), None)
+        if axis is not None:  # `num_pid_m = tl.num_programs(0)` -> the grid size it stood for
+            hoisted.append(stmt.with_changes(body=[stmt.body[0].with_changes(value=cst.parse_expression(bounds[axis]))]))
+            continue
+        new = stmt.visit(replacer)
+        a = simple_assign(new)
+        if a and once(a[0]) and not (names_in(a[1]) & tainted) and _hoistable(new):
+            hoisted.append(new)
+        else:
+            body.append(new)
+            tainted |= _assigned_names(new)
+
+    # the loop, and for multi-axis grids the program ids decoded from the tile index (axis 0 fastest)
+    decode: list[cst.BaseStatement] = []
+    if n > 1:
+        reads = set().union(set(), *(names_in(s) for s in body))
+        for a in range(n):
+            if pid[a] not in reads:
+                continue
+            if a == 0:
+                expr = f"{loop_var} % {size[0]}"
+            elif a == n - 1:
+                expr = f"{loop_var} // " + (size[0] if n == 2 else f"({size[0]} * {size[1]})")
+            else:
+                expr = f"{loop_var} // {size[0]} % {size[1]}"
+            decode.append(cst.parse_statement(f"{pid[a]} = {expr}\n"))
+        if decode:
+            decode[0] = cst.parse_statement(code_of(decode[0]).rstrip("\n") + "  # axis 0 fastest, as the grid was dispatched\n")
+    if n == 1:
+        bound = size[0] if size[0] in named else bounds[0]
+    else:
+        bound = " * ".join(size[a] for a in range(n))
+    introduced = ({loop_var} | {size[a] for a in declared} | set(new_params)
+                  | {s.body[0].targets[0].target.value for s in decode}) - own
+    clash = sorted(introduced & names_in(fn))
+    if clash:
+        raise Skip(f"{name} already uses {', '.join(clash)}")
+    items = "rows" if n == 1 and pid[0] == "row" else ("blocks" if n == 1 else "tiles")
+    loop = cst.parse_statement(f"for {loop_var} in {tl}.range({tl}.program_id(0), {bound}, {tl}.num_programs(0)):\n"
+                               f"    pass\n")
+    loop = loop.with_changes(body=loop.body.with_changes(body=[*decode, *body]), leading_lines=[cst.EmptyLine(
+        comment=cst.Comment(f"# persistent: each program walks the {items} {tl}.num_programs(0) apart"))])
+    return KernelPlan([*prefix, *hoisted, loop], new_params, items)
