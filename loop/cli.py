@@ -181,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--per-run", type=duration, help="run: wall-clock limit per target (the run is then repaired and marked cut off)")
     sp.add_argument("--archs", type=arch_list, default=None, help="run: ahead-of-time compile gate architectures passed to each run")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="run: passed to each run (cpu: interpreter timings)")
+    sp.add_argument("--gpus", type=lambda t: [g.strip() for g in t.split(",") if g.strip()],
+                    help="run: device ids, e.g. 0,1,2,3: one target per GPU at a time, each GPU in its own git worktree "
+                         "under sandbox/suite-worktrees/ (with CUDA_VISIBLE_DEVICES set)")
     sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
     sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
     sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
@@ -560,7 +563,7 @@ def cmd_suite(args, settings) -> int:
         extra = ["--device", args.device] + (["--archs", ",".join(args.archs)] if args.archs else [])
         extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
         log = (lambda m: print(m, file=sys.stderr)) if args.json else print
-        entries = suite.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log)
+        entries = suite.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus)
         _emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
     entries = suite.load_entries([Path(p) for p in args.paths])

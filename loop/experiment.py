@@ -240,7 +240,7 @@ class Experiment:
         .git/config is restored from the run's snapshot."""
         others, new = gitops.integrity_violations(self.root, self.state.target, set(self.state.untracked_at_start))
         snap = self.dir / "git-config.snapshot"
-        git_config = Path(gitops.git_dir(self.root)) / "config"
+        git_config = gitops.config_path(self.root)
         config_changed = snap.exists() and git_config.read_bytes() != snap.read_bytes()
         if not (others or new or config_changed):
             return
@@ -638,7 +638,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)
     exp.save()
-    (exp.dir / "git-config.snapshot").write_bytes((Path(gitops.git_dir(root)) / "config").read_bytes())
+    (exp.dir / "git-config.snapshot").write_bytes(gitops.config_path(root).read_bytes())
     st.set_current(root, run_id)
     log(f"run {run_id} on branch {branch}: target backend {chosen}; measuring the baseline")
     try:

@@ -131,6 +131,12 @@ def git_dir(root: Path) -> str:
         return repo.git_dir
 
 
+def config_path(root: Path) -> Path:
+    """The repository's config file: in the common git dir, which a worktree shares with the main tree."""
+    with open_repo(root) as repo:
+        return Path(repo.common_dir) / "config"
+
+
 def head_sha(root: Path) -> str:
     with open_repo(root) as repo:
         return repo.head.commit.hexsha
@@ -243,7 +249,7 @@ def ensure_excluded(root: Path, pattern: str) -> None:
             return
         except Exception:
             pass
-        exclude = Path(repo.git_dir) / "info" / "exclude"
+        exclude = Path(repo.common_dir) / "info" / "exclude"  # shared by every worktree
     exclude.parent.mkdir(parents=True, exist_ok=True)
     text = exclude.read_text() if exclude.exists() else ""
     if pattern not in text.splitlines():

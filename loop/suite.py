@@ -23,6 +23,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,37 +99,47 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     }
 
 
-def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print) -> list[dict]:
-    root = root.resolve()
-    if per_run_s is not None and per_run_s <= 0:
-        raise UserError(f"--per-run must be positive, got {per_run_s:g} s")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if _git(root, "status", "--porcelain", "--untracked-files=no"):
-        raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
-    start_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
-    entries = []
-    for target in targets:
-        path = Path(target)
-        if not (root / path).is_file():
-            raise UserError(f"target {target} does not exist")
-        name = path.stem.replace("_", "-")
-        run_id = f"suite-{name}"
-        _git(root, "checkout", "-q", start_branch)
-        log(f"[suite] {target}: tileloop run (branch tileloop/{run_id})")
-        t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", f"tileloop/{run_id}", *extra]
-        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=open(out_dir / f"{run_id}.log", "w"),
-                                start_new_session=True, env=_env())
-        cut_off = False
+class _Children:
+    """Run subprocesses (each in its own process group) and kill them all if the suite is killed:
+    a `timeout` around the suite must not leave a tuning run behind on a GPU."""
 
-        def stop_child(signum, frame, proc=proc):  # a kill of the suite must not leave a run behind on the GPU
+    def __init__(self):
+        self.live: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+
+    def popen(self, *args, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(*args, start_new_session=True, **kwargs)
+        with self.lock:
+            self.live.add(proc)
+        return proc
+
+    def done(self, proc: subprocess.Popen) -> None:
+        with self.lock:
+            self.live.discard(proc)
+
+    def kill_all(self, signum=None, frame=None):
+        with self.lock:
+            procs = list(self.live)
+        for proc in procs:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if signum is not None:
             raise SystemExit(128 + signum)
 
-        previous = signal.signal(signal.SIGTERM, stop_child)
+
+def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
+             env: dict, children: _Children, log) -> dict:
+    """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the report."""
+    path = Path(target)
+    run_id = f"suite-{path.stem.replace('_', '-')}"
+    log(f"[suite] {target}: tileloop run (branch tileloop/{run_id})")
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", f"tileloop/{run_id}", *extra]
+    with open(out_dir / f"{run_id}.log", "w") as err:
+        proc = children.popen(cmd, cwd=run_root, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        cut_off = False
         try:
             proc.wait(timeout=per_run_s)
         except subprocess.TimeoutExpired:
@@ -136,38 +147,125 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
-            subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=root, env=_env(),
+            subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=run_root, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
-            signal.signal(signal.SIGTERM, previous)
-        wall = time.monotonic() - t0
-        run_dir = root / "sandbox" / run_id
-        if not (run_dir / "results.jsonl").is_file():
-            log(f"[suite] {target}: no records (exit {proc.returncode}); see {run_id}.log")
-            entries.append({"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path), "error": f"no records (exit {proc.returncode})"})
-            continue
-        measure = ["--measure"] if "--device" not in extra or extra[extra.index("--device") + 1] == "cuda" else []
-        rep = subprocess.run([sys.executable, "-m", "loop", "report", "--run", run_id, *measure, "--json"], cwd=root,
-                             env=_env(), capture_output=True, text=True)
-        final = json.loads(rep.stdout).get("final") if rep.returncode == 0 and rep.stdout.strip() else None
-        entry = entry_from_run(run_dir, final, cut_off, wall)
-        entry["op"], entry["target"] = path.parent.name, str(path)
-        entry["language"] = "cutile" if path.stem.endswith("_cutile") else "triton"
-        if final is None:
-            entry["final_error"] = (rep.stderr or rep.stdout)[-400:]
-        atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
-        state = json.loads((run_dir / "state.json").read_text())
-        if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
-            best_src = _git(root, "show", f"{state['best_commit']}:{state['target']}")
-            atomic_write_text(out_dir / f"{run_id}-best{path.suffix}", best_src + "\n")
-        for f in ("report.md", "latency.png", "perf_results.md", "results.jsonl"):
-            if (run_dir / f).is_file():
-                shutil.copy2(run_dir / f, out_dir / f"{run_id}-{f}")
-        log(f"[suite] {target}: {entry['baseline_ms']:.6f} -> {entry['best_ms']:.6f} ms ({entry['speedup']:.2f}x), "
-            f"{entry['iterations']} experiments, {wall:.0f} s")
-        entries.append(entry)
-    _git(root, "checkout", "-q", start_branch)
-    return entries
+            children.done(proc)
+    wall = time.monotonic() - t0
+    run_dir = run_root / "sandbox" / run_id
+    if not (run_dir / "results.jsonl").is_file():
+        log(f"[suite] {target}: no records (exit {proc.returncode}); see {run_id}.log")
+        return {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path), "error": f"no records (exit {proc.returncode})"}
+    measure = ["--measure"] if "--device" not in extra or extra[extra.index("--device") + 1] == "cuda" else []
+    rep_proc = children.popen([sys.executable, "-m", "loop", "report", "--run", run_id, *measure, "--json"], cwd=run_root,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err_text = rep_proc.communicate()
+    finally:
+        children.done(rep_proc)
+    final = json.loads(out).get("final") if rep_proc.returncode == 0 and out.strip() else None
+    entry = entry_from_run(run_dir, final, cut_off, wall)
+    entry["op"], entry["target"] = path.parent.name, str(path)
+    entry["language"] = "cutile" if path.stem.endswith("_cutile") else "triton"
+    if final is None:
+        entry["final_error"] = (err_text or out)[-400:]
+    atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+    state = json.loads((run_dir / "state.json").read_text())
+    if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
+        best_src = _git(root, "show", f"{state['best_commit']}:{state['target']}")
+        atomic_write_text(out_dir / f"{run_id}-best{path.suffix}", best_src + "\n")
+    for f in ("report.md", "latency.png", "perf_results.md", "results.jsonl"):
+        if (run_dir / f).is_file():
+            shutil.copy2(run_dir / f, out_dir / f"{run_id}-{f}")
+    log(f"[suite] {target}: {entry['baseline_ms']:.6f} -> {entry['best_ms']:.6f} ms ({entry['speedup']:.2f}x), "
+        f"{entry['iterations']} experiments, {wall:.0f} s")
+    return entry
+
+
+WORKTREES = "suite-worktrees"  # under sandbox/: one git worktree per GPU when the suite runs on several
+
+
+def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print,
+              gpus: list[str] | None = None) -> list[dict]:
+    """Each target tuned on its own branch from the current commit. With `gpus` (device ids), one
+    target per GPU at a time, each GPU in its own git worktree (sandbox/suite-worktrees/gpu<id>) with
+    CUDA_VISIBLE_DEVICES set; the runs' records stay in those worktrees' sandbox/."""
+    root = root.resolve()
+    if per_run_s is not None and per_run_s <= 0:
+        raise UserError(f"--per-run must be positive, got {per_run_s:g} s")
+    for target in targets:
+        if not (root / target).is_file():
+            raise UserError(f"target {target} does not exist")
+    if len({Path(t).stem for t in targets}) != len(targets):
+        raise UserError("a target is named twice (runs are named after the target file)")
+    if gpus is not None and (not gpus or len(set(gpus)) != len(gpus)):
+        raise UserError(f"--gpus needs distinct device ids, got {','.join(gpus)}")
+    if _git(root, "status", "--porcelain", "--untracked-files=no"):
+        raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
+    out_dir = out_dir if out_dir.is_absolute() else root / out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    start_sha = _git(root, "rev-parse", "HEAD")
+    children = _Children()
+    previous = signal.signal(signal.SIGTERM, children.kill_all)
+    try:
+        if gpus is None:
+            entries = []
+            for target in targets:
+                _git(root, "checkout", "-q", start_branch)
+                entries.append(_run_one(root, root, target, out_dir, per_run_s, extra, _env(), children, log))
+            _git(root, "checkout", "-q", start_branch)
+            return entries
+        return _run_parallel(root, start_sha, targets, out_dir, per_run_s, extra, gpus, children, log)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path, per_run_s: float | None,
+                  extra: list[str], gpus: list[str], children: _Children, log) -> list[dict]:
+    from loop import gitops
+
+    gitops.ensure_excluded(root, "/sandbox/")
+    trees = {}
+    for gpu in gpus:
+        tree = root / "sandbox" / WORKTREES / f"gpu{gpu}"
+        if tree.exists():
+            _git(tree, "checkout", "-q", "--detach", start_sha)
+        else:
+            tree.parent.mkdir(parents=True, exist_ok=True)
+            _git(root, "worktree", "add", "-q", "--detach", str(tree), start_sha)
+        trees[gpu] = tree
+    queue = list(targets)
+    lock = threading.Lock()
+    results: dict[str, dict] = {}
+
+    def worker(gpu: str) -> None:
+        env = {**_env(), "CUDA_VISIBLE_DEVICES": gpu}
+        while True:
+            with lock:
+                if not queue:
+                    return
+                target = queue.pop(0)
+            _git(trees[gpu], "checkout", "-q", "--detach", start_sha)
+            try:
+                entry = _run_one(root, trees[gpu], target, out_dir, per_run_s, extra, env, children,
+                                 lambda m, g=gpu: log(f"[gpu {g}] {m}"))
+            except Exception as exc:  # one target's failure must not stop the other GPUs
+                entry = {"schema": ENTRY_SCHEMA, "run": f"suite-{Path(target).stem.replace('_', '-')}", "target": target,
+                         "error": f"{type(exc).__name__}: {exc}"}
+            entry["gpu"] = gpu
+            with lock:
+                results[target] = entry
+            # leave the run branch free: a branch checked out in a worktree cannot be checked out elsewhere
+            _git(trees[gpu], "checkout", "-q", "--detach", start_sha)
+
+    threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():  # join in slices, so that SIGTERM reaches the main thread's handler
+            t.join(0.5)
+    return [results[t] for t in targets if t in results]
 
 
 def _f(x, fmt="{:.6f}") -> str:

@@ -44,7 +44,10 @@ TRITON_PRIORITY = {
 # is tried); compute-bound, TF32 first (a
 # second thought, tier 1: the recipe cannot see whether the spec has fp32 at all), grouped
 # ordering and persistent scheduling after the tile space.
-_CUTILE_MEMORY = ["autotune", "occupancy", "tma", "persistent", "block", "store-tma", "latency", "approx", "ftz"]
+# Row chunks first: a whole-row tile holds the row in registers (measured at the widest benchmark
+# row: softmax 128, row_sum 255 per thread), which caps residency whatever occupancy is asked for.
+_CUTILE_MEMORY = ["row-chunks", "autotune", "occupancy", "tma", "persistent", "block", "store-tma", "latency",
+                  "approx", "ftz"]
 CUTILE_PRIORITY = {
     "element-wise": _CUTILE_MEMORY,
     "norm-like": _CUTILE_MEMORY,

@@ -62,3 +62,33 @@ def test_suite_per_run_must_be_positive(kernel_repo, capsys):
         main(["suite", "run", "kernels/vector_add/vector_add_triton.py", "--per-run", "-3"])
     assert main(["suite", "run", "kernels/vector_add/vector_add_triton.py", "--per-run", "0"]) == 2
     assert "--per-run must be positive" in capsys.readouterr().err
+
+
+def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, capsys):
+    """--gpus: targets spread over the devices, each in its own worktree; entries and branches as for one."""
+    import shutil
+
+    from tests.conftest import REPO_ROOT, git
+
+    for op in ("vector_add", "row_sum"):
+        shutil.copytree(REPO_ROOT / "kernels" / op, tmp_path / "kernels" / op, ignore=shutil.ignore_patterns("__pycache__"))
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "kernels")
+    clean_env.chdir(tmp_path)
+    for name, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"), ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
+        clean_env.setenv(name, value)
+    targets = ["kernels/vector_add/vector_add_triton.py", "kernels/row_sum/row_sum_triton.py"]
+    assert main(["suite", "run", *targets, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90",
+                 "--gpus", "0,1", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)["entries"]
+    assert [e["target"] for e in entries] == targets and all("error" not in e for e in entries)
+    assert sorted(e["gpu"] for e in entries) == ["0", "1"]
+    trees = git(tmp_path, "worktree", "list", "--porcelain")
+    assert trees.count("worktree ") == 3 and trees.count("detached") == 2  # the runs' branches are free again
+    for e in entries:
+        tip = git(tmp_path, "rev-parse", f"tileloop/{e['run']}").strip()
+        assert git(tmp_path, "show", f"{tip}:{e['target']}") == (tmp_path / "sandbox" / "suite" / f"{e['run']}-best.py").read_text()
+    assert git(tmp_path, "status", "--porcelain") == ""  # the worktrees and outputs live under the ignored sandbox/
+    assert main(["suite", "run", *targets, "--gpus", "0,0", "--device", "cpu"]) == 2
+    assert "distinct device ids" in capsys.readouterr().err
