@@ -2,9 +2,9 @@
 next_power_of_2(cols) columns loops over the row in chunks of CHUNK columns instead, carrying its
 statistics across chunks.
 
-Why: a whole-row tile of up to 16384 columns lives in registers. Compiled for sm_90 the reference
-softmax uses 128 and row_sum 255 registers per thread at the widest benchmark row, so one or two
-blocks fit on an SM and DRAM sits mostly idle. A chunk of 1024 columns bounds the tile whatever
+Why: a whole-row tile of up to 16384 columns lives in registers. At the widest benchmark row
+the whole-row softmax, rmsnorm and layernorm compile to 160-255 registers per thread (sm_90 and
+sm_100), so one or two blocks fit on an SM and DRAM sits mostly idle. A chunk of 1024 columns bounds the tile whatever
 the width; the statistics become loop-carried (1, 1) or (1, CHUNK) tiles.
 
 Pattern, recognised exactly (anything else is a Skip with the reason, never a guess):
@@ -483,7 +483,7 @@ class CuTileRowChunks(PatternRecipe):
             self.id, "row-chunks", f"{self.id}:{kernel}:{CHUNK_COLS}",
             f"{kernel}: loop over the row in chunks of {CHUNK} = {CHUNK_COLS} columns (was one tile of "
             f"next_power_of_2(cols) columns)",
-            f"a whole-row tile of up to next_power_of_2(cols) columns holds the row in registers (128-255 per "
+            f"a whole-row tile of up to next_power_of_2(cols) columns holds the row in registers (160-255 per "
             f"thread at 16384 columns), capping residency at 1-2 blocks per SM; {CHUNK_COLS}-column chunks in "
             f"{passes} bound the registers whatever the width, so more blocks are resident and more loads are "
             f"in flight: faster on wide rows (>= 4096 columns), about even or slightly slower on rows of "

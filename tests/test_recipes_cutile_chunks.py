@@ -172,7 +172,6 @@ def test_softmax_imports_math_and_drops_next_power_of_2():
 def test_keeps_the_kernels_names_docstring_and_decorator_hints():
     source = (src("layernorm").replace("@ct.kernel\n", "@ct.kernel(occupancy=2)\n")
               .replace("tx", "xf").replace("centered", "xc")
-              .replace("(row, 0), tile=", "(row, 0), tile=")
               .replace("    row = ct.bid(0)\n", '    """one row per block"""\n    row = ct.bid(0)\n'))
     out = one(source).source
     assert '@ct.kernel(occupancy=2)\ndef layernorm_kernel(' in out
@@ -232,7 +231,7 @@ SOFTMAX = src("softmax")
      "softmax_kernel is not launched exactly once"),
     ((SOFTMAX, "def next_power_of_2", "CHUNK = 1\n\n\ndef next_power_of_2"),
      "CHUNK is already a module-level name (already chunked?)"),
-    ((SOFTMAX, "num = ct.exp(tile - row_max)\n    den = ct.sum(num,", "k = ct.exp(tile - row_max)\n    den = ct.sum(k,"),
+    ((SOFTMAX, "row_max", "k"),
      "softmax_kernel: the chunked form needs the names k, which the kernel uses"),
     ((src("rmsnorm"), "out, cols, EPS,", "out, rows, EPS,"),
      "the argument for n_cols is not cols, the width the tile is sized from"),
@@ -240,13 +239,14 @@ SOFTMAX = src("softmax")
 def test_skips_what_it_cannot_prove_with_the_reason(edit, why):
     source, old, new = edit
     assert old in source
-    changed = source.replace(old, new, 1)
+    changed = source.replace(old, new)
     assert cands(changed) == []
     assert reason(changed).startswith(why), reason(changed)
 
 
 def test_skips_sources_it_cannot_parse_and_modules_with_several_kernels():
-    assert reason("import cuda.tile as ct\ndef (:\n").startswith("source does not parse")
+    with pytest.raises(Skip, match="^source does not parse"):
+        rewrite("import cuda.tile as ct\ndef (:\n")
     two = SOFTMAX + "\n\n@ct.kernel\ndef other(x):\n    pass\n"
     assert reason(two) == "2 @ct.kernel functions: the recipe rewrites a module with one"
     with pytest.raises(Skip):
@@ -421,7 +421,7 @@ def test_the_replay_catches_a_broken_chunked_form(op, broken, tmp_path, monkeypa
     old, new = broken
     assert old in CHUNKED[op]
     source = rewrite(src(op))[0].replace(old, new, 1)
-    assert old not in source or source.count(old) < rewrite(src(op))[0].count(old)
+    assert source != rewrite(src(op))[0]
     with pytest.raises(AssertionError):
         check(source, op, (3, 3000), "float32", tmp_path, monkeypatch)
 
