@@ -108,8 +108,9 @@ def detect_language(tree: ast.Module) -> Language | None:
     return None
 
 
-def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
-    """Validate the target and its spec; raise UserError with a one-line reason otherwise."""
+def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:
+    """(absolute path, path relative to the repository root) of a target Python file in the
+    repository; raise UserError with a one-line reason otherwise."""
     repo_root = repo_root.resolve()
     path = Path(target)
     path = (path if path.is_absolute() else Path.cwd() / path).resolve()
@@ -118,9 +119,14 @@ def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
     if not path.is_file() or path.suffix != ".py":
         raise UserError(f"target {target} is not a Python file")
     try:
-        rel = path.relative_to(repo_root)
+        return path, path.relative_to(repo_root)
     except ValueError:
         raise UserError(f"target {target} is outside the repository {repo_root}") from None
+
+
+def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
+    """Validate the target and its spec; raise UserError with a one-line reason otherwise."""
+    path, rel = resolve_target(target, repo_root)
     tree = _parse(path, "target")
     language = detect_language(tree)
     if language is None:

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import time
@@ -47,6 +46,7 @@ from loop import gitops
 from loop.errors import UserError
 from loop.evaluate import HarnessFailure
 from loop.records import BackendResult, atomic_write_text
+from loop.sandbox import kill_group
 from loop.stats import geomean
 
 BACKEND = "harness"  # the one "backend" of an external run: whatever the bench command measures
@@ -109,18 +109,9 @@ def from_options(test_cmd: str | None, bench_cmd: str | None, bench_repeats: int
 
 def load_target(target: str | Path, repo_root: Path) -> tuple[Path, str, str]:
     """(path relative to the root, language, op) of an external run's target: a Python file in the repository."""
-    from loop.contract import detect_language
+    from loop.contract import detect_language, resolve_target
 
-    path = Path(target)
-    path = (path if path.is_absolute() else Path.cwd() / path).resolve()
-    if not path.exists():
-        raise UserError(f"target {target} does not exist")
-    if not path.is_file() or path.suffix != ".py":
-        raise UserError(f"target {target} is not a Python file")
-    try:
-        rel = path.relative_to(repo_root.resolve())
-    except ValueError:
-        raise UserError(f"target {target} is outside the repository {repo_root}") from None
+    path, rel = resolve_target(target, repo_root)
     try:
         tree = ast.parse(path.read_text(), filename=str(path))
     except SyntaxError as exc:
@@ -323,24 +314,13 @@ def run_command(cmd: str, cwd: Path, log_path: Path, timeout_s: float, env: dict
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             return CommandRun("timeout", None, round(time.monotonic() - started, 3), log_path)
         except BaseException:
-            _kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no process behind
+            kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no process behind
             raise
-    _kill_group(proc)  # anything the command left running in the background would disturb the next timing
+    kill_group(proc)  # anything the command left running in the background would disturb the next timing
     return CommandRun("ok" if rc == 0 else "failed", rc, round(time.monotonic() - started, 3), log_path)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _put_source(path: Path, source: str) -> None:

@@ -20,6 +20,12 @@ from loop.settings import Settings
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 
+def with_package_path(env: dict) -> dict:
+    """`env` with this tileloop first on PYTHONPATH, so that `python -m loop...` children import it."""
+    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
     env = dict(os.environ)
     if backend is not None:
@@ -30,7 +36,7 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
         if backend.language == "cutile":
             tileiras_environment(env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
-    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with_package_path(env)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)
     return env
@@ -74,15 +80,15 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             return {"status": "timeout", "message": f"worker exceeded {timeout:.0f}s and was killed (process group)",
                     "log_tail": _log_tail(log_path), "wall_s": round(time.monotonic() - started, 3)}
         except BaseException:
-            _kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no GPU process behind
+            kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no GPU process behind
             raise
         finally:
             if proc.poll() is None:
-                _kill_group(proc)
+                kill_group(proc)
     wall = round(time.monotonic() - started, 3)
     if result_path.exists():
         result = json.loads(result_path.read_text())
@@ -97,7 +103,7 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     return {"status": status, "message": f"worker {how} without a result", "log_tail": tail, "wall_s": wall}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -29,17 +29,14 @@ from pathlib import Path
 
 from loop.errors import UserError
 from loop.records import Record, atomic_write_text, markdown_table
+from loop.sandbox import kill_group, with_package_path
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 
 
 def _env() -> dict:
     """The environment of the child tileloop processes: this tileloop importable, as for workers."""
-    from loop.sandbox import PACKAGE_PARENT
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return with_package_path(dict(os.environ))
 
 
 def _git(root: Path, *args: str) -> str:
@@ -121,10 +118,7 @@ class _Children:
         with self.lock:
             procs = list(self.live)
         for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(proc)
         if signum is not None:
             raise SystemExit(128 + signum)
 
@@ -144,7 +138,7 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
             proc.wait(timeout=per_run_s)
         except subprocess.TimeoutExpired:
             cut_off = True
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc)
             proc.wait()
             log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
             subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=run_root, env=env,
