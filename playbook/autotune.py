@@ -26,10 +26,10 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, aliases, calls, checked, global_references,
-                               has_loop, int_value, is_constexpr, is_triton_decorator, is_triton_jit,
-                               leading_blank_trim, module_int_constants, names_in, params, parse, replace,
-                               triton_kernels, triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, calls, checked, global_references, has_loop,
+                               int_value, is_constexpr, is_triton_decorator, is_triton_jit, leading_blank_trim,
+                               module_int_constants, names_in, params, parse, replace, triton_aliases, triton_kernels,
+                               triton_launches, walk)
 from playbook.hazards import scan
 
 MAX_CONFIGS = 24
@@ -176,9 +176,7 @@ class TritonAutotune(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        al = aliases(module)
-        if not (al.triton and al.tl):
-            raise Skip("needs `import triton` and `import triton.language as tl`")
+        al = triton_aliases(module)
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
         out, reasons = [], []

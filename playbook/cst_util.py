@@ -105,6 +105,14 @@ def module_functions(module: cst.Module) -> list[cst.FunctionDef]:
     return [s for s in module.body if isinstance(s, cst.FunctionDef)]
 
 
+def triton_aliases(module: cst.Module) -> Aliases:
+    """The module's import aliases; Skip unless it imports both triton and triton.language."""
+    al = aliases(module)
+    if not (al.triton and al.tl):
+        raise Skip("needs `import triton` and `import triton.language as tl`")
+    return al
+
+
 def triton_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
     return {f.name.value: f for f in module_functions(module) if any(is_triton_jit(d, al) for d in f.decorators)}
 

@@ -43,9 +43,9 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, add_kwarg, aliases, calls, checked, int_value,
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, add_kwarg, calls, checked, int_value,
                                is_constexpr, module_functions, module_int_constants, names_in, params, parse, replace,
-                               triton_kernels, triton_launches, walk)
+                               triton_aliases, triton_kernels, triton_launches, walk)
 from playbook.persistent_loop import (WRAPPER_INDENT, Grid, Translator, bound_args, code_of, plan_kernel, resolve_grid,
                                       simple_assign)
 
@@ -293,9 +293,7 @@ class TritonPersistent(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        al = aliases(module)
-        if not (al.triton and al.tl):
-            raise Skip("needs `import triton` and `import triton.language as tl`")
+        al = triton_aliases(module)
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
         out, reasons = self._steps(module), []

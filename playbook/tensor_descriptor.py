@@ -35,8 +35,8 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, aliases, checked, is_call, module_functions,
-                               params, parse, replace, triton_kernels, triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, checked, is_call, module_functions,
+                               params, parse, replace, triton_aliases, triton_kernels, triton_launches, walk)
 from playbook.hazards import scan
 from playbook.pointer_blocks import Block, KernelBlocks, assign, code, free_names, norm
 
@@ -177,9 +177,7 @@ class TritonTensorDescriptor(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        al = aliases(module)
-        if not (al.triton and al.tl):
-            raise Skip("needs `import triton` and `import triton.language as tl`")
+        al = triton_aliases(module)
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
         defined = {f.name.value for f in module_functions(module)}

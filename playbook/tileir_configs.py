@@ -34,9 +34,9 @@ import libcst as cst
 from playbook.analysis import Analysis
 from playbook.autotune import UNSUPPORTED_LAUNCH_OPTIONS, _drop_constants, is_size, size_names
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, aliases, calls, checked, int_value,
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, calls, checked, int_value,
                                is_triton_decorator, is_triton_jit, kwarg_value, module_functions, module_int_constants,
-                               params, parse, remove_kwargs, replace, triton_kernels, triton_launches)
+                               params, parse, remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches)
 from playbook.hazards import scan
 from playbook.persistent_loop import bound_args
 
@@ -140,9 +140,7 @@ class TritonTileIRConfigs(PatternRecipe):
             raise Skip("the run's GPU architecture is not known: the config space (num_ctas=2 needs sm_100+) "
                        "cannot be chosen")
         module = parse(source)
-        al = aliases(module)
-        if not (al.triton and al.tl):
-            raise Skip("needs `import triton` and `import triton.language as tl`")
+        al = triton_aliases(module)
         defined = {f.name.value for f in module_functions(module)}
         if {VARIANTS, PRUNE} & defined:
             raise Skip("the Tile IR configs are already in place")
