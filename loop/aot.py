@@ -271,15 +271,20 @@ def _cutile_compile(torch, load_target, call_run, cap: int) -> list[dict]:
     return out
 
 
-def compile_all(torch, spec, target_path: Path, language: str, archs: list[str], load_module, classify) -> dict:
-    """Compile the target for every architecture and dtype; errors are data, per arch."""
+def compile_all(torch, spec, target_path: Path, language: str, archs: list[str], load_module, classify,
+                dtypes: list[str] | None = None) -> dict:
+    """Compile the target for every architecture and dtype (`dtypes`: a subset of the spec's
+    DTYPES, for a worker given one part of the gate); errors are data, per arch and dtype."""
+    unknown = [d for d in dtypes or [] if d not in spec.DTYPES]
+    if unknown:
+        raise ValueError(f"dtypes {unknown} are not in the spec's DTYPES {list(spec.DTYPES)}")
     shape = spec.CORRECTNESS_SHAPES[-1]
     params = inspect.signature(spec.make_inputs).parameters
     results = []
     os.environ.pop("TRITON_INTERPRET", None)
     for arch in archs:
         cap = parse_arch(arch)
-        for dtype in spec.DTYPES:
+        for dtype in (dtypes or spec.DTYPES):
             kwargs = {"device": "cpu"} if "device" in params else {}
             inputs = spec.make_inputs(tuple(shape), getattr(torch, dtype), 0, **kwargs)
             counter = {"n": 0}

@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run: device ids, e.g. 0,1,2,3: one target per GPU at a time, each GPU in its own git worktree "
                          "under sandbox/suite-worktrees/ (with CUDA_VISIBLE_DEVICES set)")
     sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
+    sp.add_argument("--resume", action="store_true",
+                    help="run: continue a suite that was stopped: a target whose run exists goes on with tileloop resume "
+                         "(on the GPU whose worktree holds it), a finished one is reported again, the others start")
     sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
     sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
     common(sp, run_opt=False)
@@ -301,7 +304,8 @@ def cmd_run(args, settings) -> int:
 
     exp = init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
                    seed=args.seed, policy=_policy(args), settings=settings, archs=args.archs,
-                   worker_timeout_s=args.iteration_timeout, harness=_harness(args), skip_recipes=args.skip_recipe)
+                   worker_timeout_s=args.iteration_timeout, harness=_harness(args), skip_recipes=args.skip_recipe,
+                   mode="run")
     stop = exp.run_loop()
     return _finish_run(args, exp, stop)
 
@@ -324,6 +328,7 @@ def cmd_resume(args, settings) -> int:
         exp.policy = decide.Policy(**exp.state.policy)
     exp.state.stopped = None
     exp.save()
+    exp.render()  # perf_results.md from the records: a kill can land between a record and its rendering
     if exp.state.mode == "run" and not args.no_continue:
         stop = exp.run_loop()
     else:
@@ -396,7 +401,7 @@ def cmd_demo(args, settings) -> int:
     print(f"demo repository: {where}", file=sys.stderr)
     os.chdir(where)
     exp = init_run(f"kernels/{args.op}/{args.op}_triton.py", device=args.device, branch=None, target_backend=None, seed=0,
-                   policy=decide.Policy(max_iters=args.max_iters), settings=settings)
+                   policy=decide.Policy(max_iters=args.max_iters), settings=settings, mode="run")
     stop = exp.run_loop()
     return _finish_run(args, exp, stop)
 
@@ -415,7 +420,7 @@ def cmd_doctor(args, settings) -> int:
 def cmd_compile(args, settings) -> int:
     import tempfile
 
-    from loop.contract import load_kernel
+    from loop.contract import load_kernel, spec_dtypes
     from loop.evaluate import compile_gate, compile_summary
     from playbook.hazards import scan
 
@@ -429,7 +434,7 @@ def cmd_compile(args, settings) -> int:
     with tempfile.TemporaryDirectory(prefix="tileloop-compile-") as tmp:
         raw = compile_gate(workdir=Path(tmp), spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
                            target=kernel.target_abs, language=kernel.language, archs=args.arch, settings=settings,
-                           cache_root=Path(tmp))
+                           cache_root=Path(tmp), dtypes=spec_dtypes(kernel.spec_abs))
     rows = compile_summary(raw)
     ok = raw["status"] == "ok"
     from loop.records import markdown_table
@@ -563,7 +568,8 @@ def cmd_suite(args, settings) -> int:
         extra = ["--device", args.device] + (["--archs", ",".join(args.archs)] if args.archs else [])
         extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
         log = (lambda m: print(m, file=sys.stderr)) if args.json else print
-        entries = suite.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus)
+        entries = suite.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus,
+                                  resume=args.resume)
         _emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
     entries = suite.load_entries([Path(p) for p in args.paths])

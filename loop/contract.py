@@ -92,6 +92,25 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def spec_dtypes(spec_path: Path) -> list[str] | None:
+    """The spec's DTYPES when it is a literal list of known dtype names (read from the source, the
+    spec is not imported here); None otherwise (a computed DTYPES is read by the worker)."""
+    try:
+        tree = ast.parse(Path(spec_path).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            if isinstance(value, (list, tuple)) and value and all(v in KNOWN_DTYPES for v in value):
+                return list(value)
+            return None
+    return None
+
+
 def detect_language(tree: ast.Module) -> Language | None:
     """cuTile if the module imports cuda.tile, Triton if it imports triton; decided by imports."""
     imported: set[str] = set()

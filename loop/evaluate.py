@@ -7,6 +7,8 @@ under `sandbox/<run>/iter-NNN/`; records keep per-shape summaries.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from loop import backends as backend_registry
 from loop import decide
 from loop.errors import UserError
 from loop.records import BackendResult
-from loop.sandbox import run_worker
+from loop.sandbox import kill_group, run_worker
 from loop.settings import Settings
 from loop.stats import geomean
 from loop.worker import seed_for
@@ -141,16 +143,57 @@ def require_available(target_backend: str, availability: dict[str, dict]) -> Non
         raise UserError(f"target backend {target_backend} is unavailable: {av['reason']}")
 
 
+def compile_parallelism(n_jobs: int) -> int:
+    """Compile workers to run at once: one per (architecture, dtype) up to the cores there are,
+    at most 8; 1 (one worker for everything) on a machine with fewer than 4 cores, where the
+    start-up of extra workers (each imports torch) would cost more than it saves."""
+    cores = os.cpu_count() or 1
+    return 1 if cores < 4 else max(1, min(n_jobs, cores // 2, 8))
+
+
 def compile_gate(*, workdir: Path, spec_path: Path, target_dir: Path, target: Path, language: str, archs: list[str],
-                 settings: Settings, cache_root: Path, name: str = "compile") -> dict:
-    """Ahead-of-time compile for every architecture (no GPU needed); a typed worker result."""
-    job = {"mode": "compile", "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target),
-           "language": language, "archs": archs}
+                 settings: Settings, cache_root: Path, name: str = "compile", dtypes: list[str] | None = None) -> dict:
+    """Ahead-of-time compile for every architecture and dtype (no GPU needed); a typed worker
+    result. An autotuned candidate compiles every config for each (architecture, dtype): with
+    cores to spare, the pairs go to parallel workers (`compile_parallelism`) and their results
+    are merged in the order one worker would have produced them. `dtypes` (the spec's DTYPES)
+    enables the split; without it one worker compiles everything."""
+    base = {"mode": "compile", "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target),
+            "language": language, "archs": archs}
     backend = backend_registry.get("cutile" if language == "cutile" else "ptx")
-    raw = run_worker(workdir, job, backend, settings, cache_root / "aot", name=name)
-    if raw.get("status") in ("spec_error", "harness_error"):
-        raise HarnessFailure(f"compile worker: {raw['status']}: {raw.get('message')} (logs: {workdir})")
-    return raw
+    pairs = [(arch, dtype) for arch in archs for dtype in (dtypes or [])]
+    parallel = compile_parallelism(len(pairs)) if len(pairs) > 1 else 1
+    if parallel <= 1:
+        raws = [run_worker(workdir, base, backend, settings, cache_root / "aot", name=name)]
+    else:
+        procs: list = []
+
+        def one(i: int, arch: str, dtype: str) -> dict:
+            job = {**base, "archs": [arch], "dtypes": [dtype]}
+            return run_worker(workdir, job, backend, settings, cache_root / "aot", name=f"{name}-{i}", procs=procs)
+
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = [pool.submit(one, i, arch, dtype) for i, (arch, dtype) in enumerate(pairs)]
+            try:
+                raws = [f.result() for f in futures]
+            except BaseException:  # Ctrl-C or SIGTERM in the main thread: no compile worker left behind
+                for f in futures:
+                    f.cancel()
+                for proc in list(procs):
+                    kill_group(proc)
+                raise
+    for raw in raws:
+        if raw.get("status") in ("spec_error", "harness_error"):
+            raise HarnessFailure(f"compile worker: {raw['status']}: {raw.get('message')} (logs: {workdir})")
+    if len(raws) == 1:
+        return raws[0]
+    results = [r for raw in raws for r in (raw.get("compile") or {}).get("results", [])]
+    merged = {"status": "ok", "compile": {"ok": all(r.get("ok") for r in results), "results": results},
+              "wall_s": max(raw.get("wall_s", 0.0) for raw in raws)}
+    bad = next((raw for raw in raws if raw.get("status") != "ok"), None)
+    if bad is not None:  # the first failure in (arch, dtype) order, as a single worker reports it
+        merged.update({k: v for k, v in bad.items() if k != "compile"})
+    return merged
 
 
 def compile_summary(raw: dict) -> list[dict]:

@@ -20,7 +20,7 @@ from typing import Callable
 from loop import backends as backend_registry
 from loop import decide, experience, external, gitops, history
 from loop import state as st
-from loop.contract import load_kernel, source_hash
+from loop.contract import load_kernel, source_hash, spec_dtypes
 from loop.errors import EnvironmentMismatch, IntegrityError, UserError
 from loop.evaluate import (HarnessFailure, comparisons, compile_gate, compile_summary, guard_failures, measure,
                            not_run, require_available)
@@ -179,7 +179,8 @@ class Experiment:
             self.log(f"#{n} compile {','.join(self.state.archs)}")
             raw = compile_gate(workdir=workdir, spec_path=self.root / self.state.spec, target_dir=(self.root / self.state.target).parent,
                                target=impls[label], language=self.state.language, archs=self.state.archs,
-                               settings=self.settings, cache_root=self.dir / "triton-cache")
+                               settings=self.settings, cache_root=self.dir / "triton-cache",
+                               dtypes=spec_dtypes(self.root / self.state.spec))
             gate = {"status": raw["status"], "archs": self.state.archs, "rows": compile_summary(raw)}
             if raw["status"] != "ok":
                 reason = f"ahead-of-time compile failed: {raw.get('message', '')}"[:500]
@@ -567,8 +568,11 @@ def default_branch(op: str, now: dt.datetime | None = None) -> str:
 def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
              policy: decide.Policy, settings: Settings, log: Log = stderr_log,
              archs: list[str] | None = None, worker_timeout_s: float | None = None,
-             harness: external.Harness | None = None, skip_recipes: list[str] | None = None) -> Experiment:
-    """Branch and baseline. With `harness`, the repository's own commands decide (no spec.py, no compile gate)."""
+             harness: external.Harness | None = None, skip_recipes: list[str] | None = None,
+             mode: str = "agent") -> Experiment:
+    """Branch and baseline. With `harness`, the repository's own commands decide (no spec.py, no compile gate).
+    `mode` "run" (an unattended run) is recorded before the baseline, so that a run killed right
+    after its baseline is continued by `tileloop resume`, not left waiting for an agent's step."""
     root = gitops.find_root(Path.cwd())
     if harness is None:
         kernel = load_kernel(target, root)
@@ -633,7 +637,8 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
                         env=probe, untracked_at_start=untracked, policy=asdict(policy), created=_now(),
                         archs=list(DEFAULT_ARCHS if archs is None else archs),
                         worker_timeout_s=worker_timeout_s or settings.worker_timeout_s,
-                        harness=harness.to_json() if harness else None, skip_recipes=list(skip_recipes or []))
+                        harness=harness.to_json() if harness else None, skip_recipes=list(skip_recipes or []),
+                        mode=mode)
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     gitops.create_branch(root, branch)
     exp = Experiment(root, state, settings, log)

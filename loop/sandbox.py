@@ -59,10 +59,12 @@ def worker_command(settings: Settings, workdir: Path, name: str, job: bool, modu
 
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
                cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
-               module: str = "loop.worker", launcher: Sequence[str] = ()) -> dict:
+               module: str = "loop.worker", launcher: Sequence[str] = (), procs: list | None = None) -> dict:
     """Run one worker; always returns a result dict with a typed `status`. `module` is the worker's
     entry point (`python -m <module> --job J --result R`), `loop.worker` unless a command has its own.
-    `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`)."""
+    `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`).
+    `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
+    can kill them all when it is interrupted (a signal reaches the main thread only)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
     result_path = workdir / f"{name}.result.json"
@@ -77,6 +79,8 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        if procs is not None:
+            procs.append(proc)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

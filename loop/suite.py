@@ -5,7 +5,10 @@
 against PyTorch eager and torch.compile), and writes one JSON entry per target into the output
 folder together with the run's report, plot and perf_results.md. Each run is a subprocess with
 an optional wall-clock limit; a run cut off by it is repaired (`resume --no-continue`), so its
-record stays consistent, and its entry says that it was cut off.
+record stays consistent, and its entry says that it was cut off. `suite run --resume` continues a
+suite that was stopped (killed, or a machine taken back): each target whose run exists goes on
+with `tileloop resume` in the worktree that holds it, a finished run is only reported again, and
+the other targets start as usual.
 
 `suite summarize` turns entries (from one or several `suite run` calls) into one markdown file:
 per op and implementation, baseline and final latency, speedup, fraction of same-run clone
@@ -123,19 +126,58 @@ class _Children:
             raise SystemExit(128 + signum)
 
 
+def run_id_of(target: str) -> str:
+    return f"suite-{Path(target).stem.replace('_', '-')}"
+
+
+def existing_run(run_root: Path, target: str) -> dict | None:
+    """The state of the target's suite run in `run_root`, if one was started there."""
+    path = run_root / "sandbox" / run_id_of(target) / "state.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def finished(state: dict) -> bool:
+    """A run whose stop rule fired (stop or escalate) and that has no experiment in flight."""
+    return (state.get("stopped") or {}).get("state") in ("stop", "escalate") and not state.get("inflight")
+
+
+class _Done:
+    returncode = 0
+
+
 def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
-             env: dict, children: _Children, log) -> dict:
-    """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the report."""
+             env: dict, children: _Children, log, resume: bool = False) -> dict:
+    """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the
+    report. With `resume`, a run of the target already in `run_root` is continued (`tileloop
+    resume`, on its branch) or, if it had finished, only reported."""
     path = Path(target)
-    run_id = f"suite-{path.stem.replace('_', '-')}"
-    log(f"[suite] {target}: tileloop run (branch tileloop/{run_id})")
+    run_id = run_id_of(target)
+    state = existing_run(run_root, target) if resume else None
+    if resume and (state is None or state.get("last_iteration", -1) < 0):
+        # killed before its baseline was recorded: nothing to continue; clear what it left and start over
+        branch = f"tileloop/{run_id}"
+        if _git(run_root, "branch", "--list", branch):
+            if _git(run_root, "rev-parse", "--abbrev-ref", "HEAD") == branch:
+                _git(run_root, "checkout", "-q", "--detach")
+            _git(run_root, "branch", "-D", branch)
+        shutil.rmtree(run_root / "sandbox" / run_id, ignore_errors=True)
+        state = None
+    if state is None:
+        log(f"[suite] {target}: tileloop run (branch tileloop/{run_id})")
+        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", f"tileloop/{run_id}", *extra]
+    else:
+        _git(run_root, "checkout", "-q", state["branch"])
+        done = finished(state)
+        log(f"[suite] {target}: " + ("finished before; reporting it again" if done else
+                                     f"tileloop resume (branch {state['branch']}, {state.get('last_iteration', -1)} experiments recorded)"))
+        cmd = None if done else [sys.executable, "-m", "loop", "resume", "--run", run_id]
     t0 = time.monotonic()
-    cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", f"tileloop/{run_id}", *extra]
-    with open(out_dir / f"{run_id}.log", "w") as err:
-        proc = children.popen(cmd, cwd=run_root, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    with open(out_dir / f"{run_id}.log", "a" if state is not None else "w") as err:
+        proc = _Done() if cmd is None else children.popen(cmd, cwd=run_root, stdout=subprocess.DEVNULL, stderr=err, env=env)
         cut_off = False
         try:
-            proc.wait(timeout=per_run_s)
+            if cmd is not None:
+                proc.wait(timeout=per_run_s)
         except subprocess.TimeoutExpired:
             cut_off = True
             kill_group(proc)
@@ -144,7 +186,8 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
             subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=run_root, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
-            children.done(proc)
+            if cmd is not None:
+                children.done(proc)
     wall = time.monotonic() - t0
     run_dir = run_root / "sandbox" / run_id
     if not (run_dir / "results.jsonl").is_file():
@@ -161,6 +204,8 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
     entry = entry_from_run(run_dir, final, cut_off, wall)
     entry["op"], entry["target"] = path.parent.name, str(path)
     entry["language"] = "cutile" if path.stem.endswith("_cutile") else "triton"
+    if state is not None:
+        entry["resumed"] = True  # the run spans suite calls (and maybe machines): its wall time is this call's
     if final is None:
         entry["final_error"] = (err_text or out)[-400:]
     atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
@@ -180,10 +225,11 @@ WORKTREES = "suite-worktrees"  # under sandbox/: one git worktree per GPU when t
 
 
 def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print,
-              gpus: list[str] | None = None) -> list[dict]:
+              gpus: list[str] | None = None, resume: bool = False) -> list[dict]:
     """Each target tuned on its own branch from the current commit. With `gpus` (device ids), one
     target per GPU at a time, each GPU in its own git worktree (sandbox/suite-worktrees/gpu<id>) with
-    CUDA_VISIBLE_DEVICES set; the runs' records stay in those worktrees' sandbox/."""
+    CUDA_VISIBLE_DEVICES set; the runs' records stay in those worktrees' sandbox/. With `resume`,
+    targets whose runs exist are continued where they are (see the module docstring)."""
     root = root.resolve()
     if per_run_s is not None and per_run_s <= 0:
         raise UserError(f"--per-run must be positive, got {per_run_s:g} s")
@@ -194,29 +240,38 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         raise UserError("a target is named twice (runs are named after the target file)")
     if gpus is not None and (not gpus or len(set(gpus)) != len(gpus)):
         raise UserError(f"--gpus needs distinct device ids, got {','.join(gpus)}")
-    if _git(root, "status", "--porcelain", "--untracked-files=no"):
-        raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
     out_dir = out_dir if out_dir.is_absolute() else root / out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     start_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
-    start_sha = _git(root, "rev-parse", "HEAD")
+    killed_here = None  # with --resume, one target: a killed one-GPU suite leaves the repository on its run's branch
+    if resume and gpus is None and start_branch.startswith("tileloop/"):
+        killed_here = next((t for t in targets if f"tileloop/{run_id_of(t)}" == start_branch), None)
+        state = existing_run(root, killed_here) if killed_here else None
+        if state is None or not state.get("origin_branch"):
+            raise UserError(f"the repository is on {start_branch}, which is no run of these targets",
+                            hint="check out the branch the suite started from, then suite run --resume")
+        start_branch = state["origin_branch"]  # its uncommitted candidate, if any, is the run's to repair
+    elif _git(root, "status", "--porcelain", "--untracked-files=no"):
+        raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start_sha = _git(root, "rev-parse", start_branch)
     children = _Children()
     previous = signal.signal(signal.SIGTERM, children.kill_all)
     try:
         if gpus is None:
-            entries = []
-            for target in targets:
-                _git(root, "checkout", "-q", start_branch)
-                entries.append(_run_one(root, root, target, out_dir, per_run_s, extra, _env(), children, log))
+            done = {}
+            for target in ([killed_here] if killed_here else []) + [t for t in targets if t != killed_here]:
+                if target != killed_here:
+                    _git(root, "checkout", "-q", start_branch)
+                done[target] = _run_one(root, root, target, out_dir, per_run_s, extra, _env(), children, log, resume)
             _git(root, "checkout", "-q", start_branch)
-            return entries
-        return _run_parallel(root, start_sha, targets, out_dir, per_run_s, extra, gpus, children, log)
+            return [done[t] for t in targets]
+        return _run_parallel(root, start_sha, targets, out_dir, per_run_s, extra, gpus, children, log, resume)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path, per_run_s: float | None,
-                  extra: list[str], gpus: list[str], children: _Children, log) -> list[dict]:
+                  extra: list[str], gpus: list[str], children: _Children, log, resume: bool = False) -> list[dict]:
     from loop import gitops
 
     gitops.ensure_excluded(root, "/sandbox/")
@@ -224,12 +279,15 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
     for gpu in gpus:
         tree = root / "sandbox" / WORKTREES / f"gpu{gpu}"
         if tree.exists():
-            _git(tree, "checkout", "-q", "--detach", start_sha)
+            if not resume:  # with --resume a tree may hold a killed run's branch and its uncommitted candidate
+                _git(tree, "checkout", "-q", "--detach", start_sha)
         else:
             tree.parent.mkdir(parents=True, exist_ok=True)
             _git(root, "worktree", "add", "-q", "--detach", str(tree), start_sha)
         trees[gpu] = tree
     queue = list(targets)
+    # a run that exists lives in one worktree (its records are there): with --resume it goes on there
+    owner = {t: g for t in targets for g in gpus if resume and existing_run(trees[g], t) is not None}
     lock = threading.Lock()
     results: dict[str, dict] = {}
 
@@ -237,15 +295,21 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
         env = {**_env(), "CUDA_VISIBLE_DEVICES": gpu}
         while True:
             with lock:
-                if not queue:
+                mine = [t for t in queue if owner.get(t, gpu) == gpu]
+                if not mine:
                     return
-                target = queue.pop(0)
-            _git(trees[gpu], "checkout", "-q", "--detach", start_sha)
+                # the run whose branch the tree has checked out first: a kill may have left its
+                # candidate uncommitted there, which only its own resume repairs
+                here = _git(trees[gpu], "rev-parse", "--abbrev-ref", "HEAD")
+                target = next((t for t in mine if f"tileloop/{run_id_of(t)}" == here and t in owner), mine[0])
+                queue.remove(target)
+            if target not in owner:
+                _git(trees[gpu], "checkout", "-q", "--detach", start_sha)
             try:
                 entry = _run_one(root, trees[gpu], target, out_dir, per_run_s, extra, env, children,
-                                 lambda m, g=gpu: log(f"[gpu {g}] {m}"))
+                                 lambda m, g=gpu: log(f"[gpu {g}] {m}"), resume)
             except Exception as exc:  # one target's failure must not stop the other GPUs
-                entry = {"schema": ENTRY_SCHEMA, "run": f"suite-{Path(target).stem.replace('_', '-')}", "target": target,
+                entry = {"schema": ENTRY_SCHEMA, "run": run_id_of(target), "target": target,
                          "error": f"{type(exc).__name__}: {exc}"}
             entry["gpu"] = gpu
             with lock:
@@ -296,7 +360,7 @@ def summarize(entries: list[dict], title: str) -> str:
             "torch eager ms": fl.get("torch eager (ms)", ""), "torch.compile ms": fl.get("torch.compile (ms)", ""),
             "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else "not measured",
             "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c)"
-                           + (" cut off" if e.get("cut_off") else ""),
+                           + (" cut off" if e.get("cut_off") else "") + (" resumed" if e.get("resumed") else ""),
             "median s/iter": _f(e.get("median_iteration_wall_s"), "{:.1f}"),
             "stop": (e.get("stop") or {}).get("reason", "")[:70],
         })

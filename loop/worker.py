@@ -445,7 +445,8 @@ def compile_job(job: dict) -> dict:
 
     sys.path.insert(0, job["target_dir"])
     spec = load_module("tileloop_spec", Path(job["spec"]))
-    out = aot.compile_all(torch, spec, Path(job["target"]), job["language"], job["archs"], load_module, classify)
+    out = aot.compile_all(torch, spec, Path(job["target"]), job["language"], job["archs"], load_module, classify,
+                          dtypes=job.get("dtypes"))
     failed = [r for r in out["results"] if not r["ok"]]
     if failed:
         first = failed[0]

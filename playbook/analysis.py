@@ -14,14 +14,17 @@ NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}
 # Which variable (Candidate.kind) to try first, per language and kernel class. Kinds not listed
 # go after the listed ones; kinds the run has demoted go last (next_candidate).
 #
-# Triton, memory-bound classes: bytes in flight first (block size, the autotune space around it,
-# warps), then cache policy and pipelining, math rewrites last (they rarely matter when memory
-# is the limit). Dot: the autotune space (tiles x warps x stages) first, then tensor descriptors
+# Triton, memory-bound classes: bytes in flight first (the autotune space over block size x
+# warps, then single block-size steps should the space lose), then cache policy and pipelining,
+# math rewrites last (they rarely matter when memory is the limit). The space goes first because
+# the stop rules end a run after two misses in a row: on an H200 the block steps of the reference
+# row kernels won 3-25% each and then stopped with the 1-warp programs untouched (suite of
+# 2026-11-22), while one autotune candidate covers those steps and the warps at once. Dot: the autotune space (tiles x warps x stages) first, then tensor descriptors
 # (TMA loads and stores of the tiles), then program order for L2 reuse, then pipelining depth.
 # Tile IR configs (occupancy, num_ctas; proposed on tileir runs only) extend the autotune space,
 # so they follow it; persistent scheduling follows them for memory-bound classes and follows
 # grouped ordering for dot kernels (the TileGym perf-knobs order, with autotune kept first).
-_TRITON_MEMORY = ["block", "autotune", "tileir-configs", "persistent", "num_warps", "eviction", "num_stages", "exp2",
+_TRITON_MEMORY = ["autotune", "tileir-configs", "block", "persistent", "num_warps", "eviction", "num_stages", "exp2",
                   "sigmoid"]
 TRITON_PRIORITY = {
     "element-wise": _TRITON_MEMORY,

@@ -6,7 +6,9 @@ module-level int constants. The rewrite
 
 * adds `@triton.autotune(configs=[...], key=[...])` above `@triton.jit`: block size(s) from
   the current one upwards (powers of two) x num_warps x num_stages (num_stages only when the
-  kernel has a loop), at most 24 configs, the current config always among them;
+  kernel has a loop), at most 24 configs, the current config always among them; a single block
+  constexpr in a kernel with a loop and no dot (a row walked in chunks) gets a wider space:
+  x1 ... x32 x num_warps up to 16, with the pipelining depth left to the compiler;
 * keys the tuning on the kernel's runtime size arguments: the parameters whose launch argument
   is a size in the wrapper (`rows, cols = x.shape`, `x.numel()`, `b.shape[1]`, ...), never
   pointers, strides or floats;
@@ -101,14 +103,31 @@ def size_names(wrapper: cst.FunctionDef) -> set[str]:
 # ----------------------------------------------------------------------------------- space
 
 
-def block_space(values: list[int]) -> list[tuple[int, ...]]:
+# The large tiles of a GEMM on Hopper-class GPUs (M x N x K): the Triton tutorial's matmul
+# configs and the NVIDIA skill's DOT template both lead with 128x256x64 and 256x128x64, which
+# doubling a first version's 64x64x32 once per dimension never reaches.
+GEMM_TILES = ((128, 256, 64), (256, 128, 64))
+
+
+def gemm_dims(names: list[str]) -> tuple[int, int, int] | None:
+    """Positions of the M, N and K block constexprs (BLOCK_M / BLOCK_SIZE_N / ..._K), if exactly those."""
+    if len(names) != 3:
+        return None
+    pos = {n.rsplit("_", 1)[-1]: i for i, n in enumerate(names) if "_" in n}
+    return (pos["M"], pos["N"], pos["K"]) if set(pos) == {"M", "N", "K"} else None
+
+
+def block_space(values: list[int], wide: bool = False, names: list[str] | None = None) -> list[tuple[int, ...]]:
     """Block sizes to try, the current one first: one constexpr -> x1, x2, x4, x8 (halvings if the
-    limit is near); several -> current, first x2, second x2, both x2 (per-dimension limit 256)."""
+    limit is near), or x1 ... x32 when `wide` (a chunk of a row that a loop walks: the chunk sets
+    the bytes in flight per program, and a first version's small chunk is often 8-32x too small);
+    several -> current, first x2, second x2, both x2 (per-dimension limit 256), and for the
+    M, N, K blocks of a GEMM (`names`) the large tiles of GEMM_TILES too."""
     if len(values) == 1:
-        v = values[0]
-        up = [v << k for k in range(4) if v << k <= BLOCK_LIMIT_1D]
-        down = [v >> k for k in range(1, 4) if v >> k >= 16]
-        return [(b,) for b in sorted((up + down)[:4])]
+        v, n = values[0], (6 if wide else 4)
+        up = [v << k for k in range(n) if v << k <= BLOCK_LIMIT_1D]
+        down = [v >> k for k in range(1, n) if v >> k >= 16]
+        return [(b,) for b in sorted((up + down)[:n])]
     out: list[tuple[int, ...]] = [tuple(values)]
     for dims in ((0,), (1,), (0, 1)):
         new = list(values)
@@ -116,11 +135,23 @@ def block_space(values: list[int]) -> list[tuple[int, ...]]:
             new[d] = values[d] * 2 if values[d] * 2 <= BLOCK_LIMIT_ND else values[d] // 2
         if min(new) >= 16 and tuple(new) not in out:
             out.append(tuple(new))
+    dims = gemm_dims(names or [])
+    if dims is not None:
+        for tile in GEMM_TILES:
+            new = [0, 0, 0]
+            for d, v in zip(dims, tile):
+                new[d] = v
+            if tuple(new) not in out:
+                out.append(tuple(new))
     return out
 
 
 def option_space(current_warps: int | None, current_stages: int | None, loop: bool, dot: bool,
-                 n_blocks: int) -> tuple[list[int], list[int]]:
+                 n_blocks: int, wide: bool = False) -> tuple[list[int], list[int]]:
+    if wide:
+        # a row loop over large chunks wants 8-16 warps to keep a chunk's loads in flight; the
+        # pipelining depth is left to the compiler (its default, 3, is the first version's)
+        return sorted({current_warps or 4, 4, 8, 16}), ([current_stages] if current_stages else [])
     warps = sorted({current_warps or 4, 4, 8})
     if loop:
         stages = sorted({current_stages or 3} | ({3, 4} if dot else {2, 3}))
@@ -291,11 +322,12 @@ class TritonAutotune(PatternRecipe):
                 raise Skip(f"the grid may depend on the literal {kw}={value}")
 
         # the space
-        combos = block_space([b[1] for b in blocks])
         loop = has_loop(fn)
         dot = bool(calls(fn, al.tl, "dot"))
+        wide = loop and not dot and len(blocks) == 1
+        combos = block_space([b[1] for b in blocks], wide, names=[b[0] for b in blocks] if dot else None)
         warps, stages = option_space(options.get("num_warps", (None,))[0], options.get("num_stages", (None,))[0],
-                                     loop, dot, len(combos))
+                                     loop, dot, len(combos), wide)
         n_configs = len(combos) * len(warps) * max(len(stages), 1)
         assert n_configs <= MAX_CONFIGS, n_configs
         kws = [b[0] for b in blocks]

@@ -35,8 +35,9 @@ from playbook.analysis import Analysis
 from playbook.autotune import _drop_constants
 from playbook.base import Candidate, register
 from playbook.cst_util import (Aliases, PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, global_references,
-                               is_attr, is_ct_kernel, kwarg_value, module_int_constants, names_in, params,
+                               has_loop, is_attr, is_ct_kernel, kwarg_value, module_int_constants, names_in, params,
                                parse, walk)
+from playbook.autotune import GEMM_TILES, gemm_dims
 from playbook.eviction import assignments
 
 MAX_CONFIGS = 30  # TileGym: more than 30 configs pushes compile times past 5 minutes
@@ -64,6 +65,18 @@ ARCHS = {
     "sm_100": Arch((128, 1024), (1, 2, 4, 8, 16), (1, 2, 3, 4, 6, 8, 12, 16), (2, 4)),
 }
 BLACKWELL_MAJOR = 10  # sm_100 / sm_103 use the "sm_100" space; sm_120 (no 2-CTA clusters) and older the "sm_90" one
+# One tile constant that a loop inside the kernel walks (a row in chunks: row_sum, the chunked
+# norms): the tile sets the bytes each block has in flight per trip, and the first versions' 128
+# is far below what a memory-bound row loop needs, so the space reaches up to this many elements.
+ROW_LOOP_TILE_MAX = 4096
+
+
+def arch_for(arch: Arch, row_loop: bool) -> Arch:
+    """The architecture's space, with the tile range widened for a row loop (ROW_LOOP_TILE_MAX)."""
+    if not row_loop:
+        return arch
+    return Arch((arch.tiles[0], max(arch.tiles[1], ROW_LOOP_TILE_MAX)), arch.occupancy, arch.occupancy_only,
+                arch.num_ctas)
 
 
 def _pow2(v: int) -> bool:
@@ -105,8 +118,20 @@ def tile_options(current: tuple[int, ...], lo: int, hi: int) -> list[tuple[int, 
 def space(arch: Arch, knobs: dict[str, int], occupancy: int | None, num_ctas: int | None, mma: bool) -> Space:
     """The configs of one architecture, at most MAX_CONFIGS. Over budget, occupancy steps go first
     (from the top, down to two values), then num_ctas steps, then tiles from the end; the current
-    value of each axis always stays, first."""
+    value of each axis always stays, first. The M, N, K tiles of an MMA kernel also get the large
+    GEMM tiles (playbook.autotune.GEMM_TILES) up to the architecture's largest tile, ahead of the
+    doubled ones, so a trimmed space keeps them."""
     tiles = tile_options(tuple(knobs.values()), *arch.tiles)
+    dims = gemm_dims(list(knobs)) if mma else None
+    if dims is not None:
+        large = []
+        for tile in GEMM_TILES:
+            new = [0, 0, 0]
+            for d, v in zip(dims, tile):
+                new[d] = v
+            if all(v <= arch.tiles[1] for v in new):
+                large.append(tuple(new))
+        tiles = _dedupe([tiles[0], *large, *tiles[1:]])
     occ = _dedupe([occupancy, *(MMA_OCCUPANCY if mma else arch.occupancy if knobs else arch.occupancy_only)])
     ctas = _dedupe([num_ctas, *arch.num_ctas]) if mma and arch.num_ctas else []
     while len(tiles) * len(occ) * max(len(ctas), 1) > MAX_CONFIGS:
@@ -560,7 +585,9 @@ class CuTileAutotune(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         pat = recognise(module)
-        spaces = {arch: space(a, pat.knobs, pat.occupancy, pat.num_ctas, pat.mma) for arch, a in ARCHS.items()}
+        row_loop = len(pat.knobs) == 1 and not pat.mma and has_loop(pat.kernel)
+        spaces = {arch: space(arch_for(a, row_loop), pat.knobs, pat.occupancy, pat.num_ctas, pat.mma)
+                  for arch, a in ARCHS.items()}
         code = rewrite(module, pat, spaces)
         kname = pat.kernel.name.value
         axes = [" x ".join(pat.knobs)] if pat.knobs else []

@@ -7,13 +7,13 @@ leave CUDA_HOME alone."""
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
 import pytest
 
 from loop.cli import main
+from loop.contract import spec_dtypes as contract_spec_dtypes
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +31,9 @@ TARGETS = _targets()
 
 
 def spec_dtypes(spec: Path) -> list[str]:
-    for node in ast.parse(spec.read_text()).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise AssertionError(f"{spec} has no literal DTYPES")
+    dtypes = contract_spec_dtypes(spec)
+    assert dtypes, f"{spec} has no literal DTYPES"
+    return dtypes
 
 
 def compile_json(capsys, *argv: str) -> tuple[int, dict]:
@@ -164,8 +163,19 @@ def test_the_tmp_triton_kernel_compiles_when_it_is_not_broken(tmp_path, env, cap
     assert out["kernels"][0]["num_warps"] == 4
 
 
+@pytest.fixture(params=["one-worker", "parallel"])
+def parallel(request, monkeypatch):
+    """The compile gate with one worker for everything, and with one worker per (arch, dtype) at
+    once (what a machine with cores to spare does; CI has 2 cores and would run one worker)."""
+    import loop.evaluate
+
+    if request.param == "parallel":
+        monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
+    return request.param
+
+
 @pytest.mark.parametrize("archs", [["sm_90", "sm_100"], ["sm_100", "sm_90"]], ids=["sm_90-first", "sm_100-first"])
-def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys, archs):
+def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys, archs, parallel):
     target = write_op(tmp_path, "double_triton.py", TRITON_TARGET.replace("{ARANGE}", "100"))  # not a power of 2
     rc, out = compile_json(capsys, str(target), "--arch", ",".join(archs))
     assert rc == 1
@@ -176,6 +186,40 @@ def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys,
     rows = out["kernels"]
     assert {r["arch"] for r in rows} == set(archs)  # every arch was tried and reported
     assert all(r["ok"] is False and "power of 2" in r["error"] for r in rows)
+
+
+def test_parallel_compile_gate_reports_what_one_worker_reports(tmp_path, env, capsys, monkeypatch):
+    import loop.evaluate
+
+    target = write_op(tmp_path, "double_triton.py", TRITON_TARGET.replace("{ARANGE}", "BLOCK"))
+    (target.parent / "spec.py").write_text(SPEC.replace('DTYPES = ["float32"]', 'DTYPES = ["float32", "float16"]'))
+    rc, one = compile_json(capsys, str(target), "--arch", "sm_90,sm_100")
+    spawned = []
+    real = loop.evaluate.run_worker
+
+    def counting(*args, **kwargs):
+        spawned.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
+    monkeypatch.setattr(loop.evaluate, "run_worker", counting)
+    rc2, par = compile_json(capsys, str(target), "--arch", "sm_90,sm_100")
+    assert rc == rc2 == 0 and one["ok"] and par["ok"]
+    assert [(j["archs"], j["dtypes"]) for j in spawned] == [(["sm_90"], ["float32"]), (["sm_90"], ["float16"]),
+                                                             (["sm_100"], ["float32"]), (["sm_100"], ["float16"])]
+    key = lambda r: (r["arch"], r["dtype"], r["kernel"], r["registers"], r["num_warps"])  # noqa: E731
+    assert [key(r) for r in par["kernels"]] == [key(r) for r in one["kernels"]]
+    assert [(r["arch"], r["dtype"]) for r in par["kernels"]] == [("sm_90", "float32"), ("sm_90", "float16"),
+                                                                 ("sm_100", "float32"), ("sm_100", "float16")]
+
+
+def test_spec_dtypes_reads_a_literal_list_only(tmp_path):
+    spec = tmp_path / "spec.py"
+    spec.write_text('DTYPES = ["float16", "bfloat16"]\n')
+    assert contract_spec_dtypes(spec) == ["float16", "bfloat16"]
+    for text in ("DTYPES = [d for d in ('float16',)]\n", 'DTYPES = ["float8"]\n', "X = 1\n", "DTYPES = [\n"):
+        spec.write_text(text)
+        assert contract_spec_dtypes(spec) is None, text  # the worker reads such a spec itself
 
 
 def test_triton_run_that_launches_nothing_fails(tmp_path, env, capsys):

@@ -145,16 +145,17 @@ def test_autotune_vector_add_exact():
     assert c.title == "add_kernel: @triton.autotune over BLOCK x num_warps (12 configs, key n)"
 
 
-def test_autotune_softmax_keeps_the_row_grid_and_tunes_stages_for_its_loops():
+def test_autotune_softmax_keeps_the_row_grid_and_widens_the_chunk_space_of_its_row_loops():
     source = src("softmax", "triton")
     c = one("triton-autotune", source)
     removed, added = changes(source, c.source)
     assert removed == ["BLOCK = 128", "NUM_WARPS = 1", "",
                        "    softmax_kernel[(rows,)](x, out, cols, x.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=NUM_WARPS)"]
+    # a row walked in chunks: chunk x1 ... x32 and up to 16 warps, the pipelining depth left as it was
     assert added == ["@triton.autotune(", "    configs=[",
-                     '        triton.Config({"BLOCK": block}, num_warps=warps, num_stages=stages)',
-                     "        for block in (128, 256, 512, 1024)", "        for warps in (1, 4, 8)",
-                     "        for stages in (2, 3)", "    ],", '    key=["n_cols"],', ")",
+                     '        triton.Config({"BLOCK": block}, num_warps=warps)',
+                     "        for block in (128, 256, 512, 1024, 2048, 4096)", "        for warps in (1, 4, 8, 16)",
+                     "    ],", '    key=["n_cols"],', ")",
                      "    softmax_kernel[(rows,)](x, out, cols, x.stride(0), out.stride(0))"]
     assert "24 configs" in c.title
 
@@ -166,8 +167,9 @@ def test_autotune_matmul_grid_becomes_a_function_of_meta():
     assert "    grid = lambda meta: (triton.cdiv(M, meta[\"BLOCK_M\"]), triton.cdiv(N, meta[\"BLOCK_N\"]))" in added
     assert ('        triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}, '
             'num_warps=warps, num_stages=stages)') in added
-    assert "        for block_m, block_n, block_k in ((64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 32))" in added
-    assert "        for warps in (4, 8)" in added and "        for stages in (2, 3, 4)" in added
+    assert ("        for block_m, block_n, block_k in ((64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 32), "
+            "(128, 256, 64), (256, 128, 64))") in added  # doubled tiles, then the large GEMM tiles
+    assert "        for warps in (4, 8)" in added and "        for stages in (2, 3)" in added
     assert '    key=["M", "N", "K"],' in added
     for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"):
         assert f"{name} = " not in c.source
@@ -192,6 +194,10 @@ def test_autotune_space_is_modest_and_contains_the_current_config(op):
     assert block_space([128])[0] == (128,) and block_space([64, 64, 32])[0] == (64, 64, 32)
     warps, stages = option_space(1, None, loop=True, dot=False, n_blocks=4)
     assert 1 in warps and 3 in stages  # the current config (1 warp, default 3 stages) is in the space
+    assert block_space([128], wide=True) == [(128,), (256,), (512,), (1024,), (2048,), (4096,)]
+    assert block_space([8192], wide=True) == [(512,), (1024,), (2048,), (4096,), (8192,), (16384,)]
+    assert option_space(1, None, loop=True, dot=False, n_blocks=6, wide=True) == ([1, 4, 8, 16], [])
+    assert option_space(4, 2, loop=True, dot=False, n_blocks=6, wide=True) == ([4, 8, 16], [2])
 
 
 WITH_LITERALS = '''\
@@ -570,7 +576,7 @@ def test_priority_tables_cover_every_kind_the_recipes_emit():
     assert triton_kinds <= set().union(*TRITON_PRIORITY.values())
     assert cutile_kinds <= set().union(*CUTILE_PRIORITY.values())
     mem = TRITON_PRIORITY["element-wise"]
-    assert mem[:7] == ["block", "autotune", "tileir-configs", "persistent", "num_warps", "eviction", "num_stages"]
+    assert mem[:7] == ["autotune", "tileir-configs", "block", "persistent", "num_warps", "eviction", "num_stages"]
     dot = ["autotune", "tma", "grouped-ordering", "num_stages"]
     assert [k for k in TRITON_PRIORITY["dot"] if k in dot] == dot
     for cls, order in CUTILE_PRIORITY.items():
@@ -591,7 +597,7 @@ def drain(source: str, demoted=(), limit: int = 99) -> list:
 
 def test_next_candidate_order_over_all_recipes_for_a_memory_bound_triton_kernel():
     order = [c.key for c in drain(src("row_sum", "triton"))]
-    assert order == ["launch-param:BLOCK=256", "triton-autotune:row_sum_kernel", "triton-persistent:row_sum_kernel",
+    assert order == ["triton-autotune:row_sum_kernel", "launch-param:BLOCK=256", "triton-persistent:row_sum_kernel",
                      "launch-param:num_warps=2", "eviction-policy:evict_first", "launch-param:num_stages=4",
                      "launch-param:BLOCK=64",  # second thoughts (one step down) after every first-line move
                      "launch-param:BLOCK=512", "launch-param:BLOCK=32", "launch-param:num_warps=4"]  # two-step moves last
@@ -612,7 +618,7 @@ def test_next_candidate_demoted_kinds_go_last_and_tried_keys_are_skipped():
     order = drain(src("row_sum", "triton"), demoted=["block", "autotune"])
     kinds = [c.kind for c in order]
     assert kinds[:5] == ["persistent", "num_warps", "eviction", "num_stages", "num_warps"]  # the others first, by tier
-    assert kinds[5:] == ["block", "autotune", "block", "block", "block"]  # demoted last, by tier among themselves
+    assert kinds[5:] == ["autotune", "block", "block", "block", "block"]  # demoted last, by tier among themselves
     an = analyze(src("row_sum", "triton"))
-    c = next_candidate(src("row_sum", "triton"), an, ["launch-param:BLOCK=256"], [])
-    assert c.key == "triton-autotune:row_sum_kernel"
+    c = next_candidate(src("row_sum", "triton"), an, ["triton-autotune:row_sum_kernel"], [])
+    assert c.key == "launch-param:BLOCK=256"

@@ -187,11 +187,12 @@ def test_spaces_of_the_reference_kernels(tmp_path):
     assert va["sm_90"] == [{"TILE": t, "occupancy": o} for t in (128, 64, 256, 512) for o in (None, 1, 2, 4, 8)]
     assert va["sm_100"] == [{"TILE": t, "occupancy": o} for t in (128, 256, 512, 1024) for o in (None, 1, 2, 4, 8, 16)]
     mm = spaces_of(tmp_path, "matmul")
-    tiles = [(64, 64, 32), (128, 64, 32), (64, 128, 32), (64, 64, 64), (128, 128, 64)]
+    # the current tile, the large GEMM tiles, then each dimension doubled and all doubled
+    tiles = [(64, 64, 32), (128, 256, 64), (256, 128, 64), (128, 64, 32), (64, 128, 32), (64, 64, 64), (128, 128, 64)]
     assert mm["sm_90"] == [{"TILE_M": m, "TILE_N": n, "TILE_K": k, "occupancy": o}
                            for m, n, k in tiles for o in (None, 1, 2)]  # MMA: occupancy 1-2 (4 and 8 spill)
     assert mm["sm_100"] == [{"TILE_M": m, "TILE_N": n, "TILE_K": k, "occupancy": o, "num_ctas": c}
-                            for m, n, k in tiles for o in (None, 1) for c in (None, 2, 4)]
+                            for m, n, k in tiles for o in (None, 1) for c in (None, 2)]  # 7 x 2 x 3 > 30: ctas trimmed
     for op in ("softmax", "layernorm", "rmsnorm"):  # whole-row tiles: occupancy only
         sp = spaces_of(tmp_path, op)
         assert sp["sm_90"] == [{"occupancy": o} for o in (None, *range(1, 9))]
@@ -210,7 +211,19 @@ def test_every_space_is_a_bounded_list_starting_at_the_current_config(op, tmp_pa
         assert ("num_ctas" in first) == (arch == "sm_100" and op in ("matmul", "attention"))
         for c in configs:
             tiles = [v for k, v in c.items() if k not in ca.HINTS]
-            assert all(v & (v - 1) == 0 and 16 <= v <= ca.ARCHS[arch].tiles[1] for v in tiles)
+            hi = ca.ROW_LOOP_TILE_MAX if op == "row_sum" else ca.ARCHS[arch].tiles[1]  # row_sum walks its row in tiles
+            assert all(v & (v - 1) == 0 and 16 <= v <= hi for v in tiles)
+        if op == "row_sum":
+            assert {c["TILE"] for c in configs} >= {128, 1024, 4096}
+
+
+def test_a_row_loop_widens_the_tile_range_only_for_one_tile_without_mma():
+    hopper = ca.ARCHS["sm_90"]
+    assert ca.arch_for(hopper, False) is hopper
+    wide = ca.arch_for(hopper, True)
+    assert wide.tiles == (hopper.tiles[0], ca.ROW_LOOP_TILE_MAX) and wide.occupancy == hopper.occupancy
+    s = ca.space(wide, {"TILE": 128}, None, None, mma=False)
+    assert s.tiles[0] == (128,) and max(t[0] for t in s.tiles) == ca.ROW_LOOP_TILE_MAX and len(s) <= ca.MAX_CONFIGS
 
 
 def test_space_budget_trims_occupancy_first_then_ctas_then_tiles():
@@ -223,6 +236,10 @@ def test_space_budget_trims_occupancy_first_then_ctas_then_tiles():
     assert s.occupancy == (4, 1, 2) and s.num_ctas == () and s.tiles[0] == (128,)
     s = ca.space(ca.ARCHS["sm_90"], {"TILE": 128}, 4, 2, mma=False)
     assert s.occupancy == (4, 1, 2, 8) and s.num_ctas == ()
+    s = ca.space(ca.ARCHS["sm_90"], {"BLOCK_K": 32, "BLOCK_M": 64, "BLOCK_N": 64}, None, None, mma=True)
+    assert s.tiles[:3] == ((32, 64, 64), (64, 128, 256), (64, 256, 128))  # GEMM tiles placed by name, after the current
+    assert ca.space(ca.ARCHS["sm_90"], {"A": 64, "B": 64, "C": 32}, None, None, mma=True).tiles == \
+        ((64, 64, 32), (128, 64, 32), (64, 128, 32), (64, 64, 64), (128, 128, 64))  # no M/N/K names: no GEMM tiles
 
 
 # --------------------------------------------------------------------------- what is (not) a knob

@@ -64,20 +64,27 @@ def test_suite_per_run_must_be_positive(kernel_repo, capsys):
     assert "--per-run must be positive" in capsys.readouterr().err
 
 
-def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, capsys):
-    """--gpus: targets spread over the devices, each in its own worktree; entries and branches as for one."""
+def two_op_repo(root, env) -> None:
+    """`root` as a git repository with vector_add and row_sum committed, the cwd, with a git identity."""
     import shutil
 
     from tests.conftest import REPO_ROOT, git
 
     for op in ("vector_add", "row_sum"):
-        shutil.copytree(REPO_ROOT / "kernels" / op, tmp_path / "kernels" / op, ignore=shutil.ignore_patterns("__pycache__"))
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-q", "-m", "kernels")
-    clean_env.chdir(tmp_path)
+        shutil.copytree(REPO_ROOT / "kernels" / op, root / "kernels" / op, ignore=shutil.ignore_patterns("__pycache__"))
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "kernels")
+    env.chdir(root)
     for name, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"), ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
-        clean_env.setenv(name, value)
+        env.setenv(name, value)
+
+
+def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, capsys):
+    """--gpus: targets spread over the devices, each in its own worktree; entries and branches as for one."""
+    from tests.conftest import git
+
+    two_op_repo(tmp_path, clean_env)
     targets = ["kernels/vector_add/vector_add_triton.py", "kernels/row_sum/row_sum_triton.py"]
     assert main(["suite", "run", *targets, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90",
                  "--gpus", "0,1", "--json"]) == 0
@@ -92,3 +99,95 @@ def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, ca
     assert git(tmp_path, "status", "--porcelain") == ""  # the worktrees and outputs live under the ignored sandbox/
     assert main(["suite", "run", *targets, "--gpus", "0,0", "--device", "cpu"]) == 2
     assert "distinct device ids" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, capsys):
+    """SIGTERM to `suite run --gpus` once both runs have their baseline, then `suite run --resume`:
+    each run goes on in the worktree that holds it (same GPU), its interrupted experiment is
+    recorded once, no iteration is counted twice, and the entries say the runs were resumed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from loop.sandbox import with_package_path
+    from tests.conftest import git
+
+    two_op_repo(tmp_path, clean_env)
+    targets = ["kernels/vector_add/vector_add_triton.py", "kernels/row_sum/row_sum_triton.py"]
+    args = ["suite", "run", *targets, "--device", "cpu", "--max-iters", "2", "--archs", "sm_90", "--gpus", "0,1"]
+    proc = subprocess.Popen([sys.executable, "-m", "loop", *args], cwd=tmp_path, env=with_package_path(dict(os.environ)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    trees = {g: tmp_path / "sandbox" / "suite-worktrees" / f"gpu{g}" for g in ("0", "1")}
+
+    def states():
+        found = [p for t in trees.values() for p in (t / "sandbox").glob("suite-*/state.json")]
+        return [json.loads(p.read_text()) for p in found]
+
+    deadline = time.monotonic() + 600
+    while not (len(states()) == 2 and all(s["last_iteration"] >= 0 for s in states())):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "slow"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    owner = {s["target"]: g for g, t in trees.items() for s in
+             [json.loads(p.read_text()) for p in (t / "sandbox").glob("suite-*/state.json")]}
+    assert sorted(owner) == sorted(targets)
+
+    assert main([*args, "--resume", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)["entries"]
+    assert [e["target"] for e in entries] == targets and all("error" not in e for e in entries), entries
+    for e in entries:
+        assert e["gpu"] == owner[e["target"]] and e["resumed"] is True
+        run_dir = trees[e["gpu"]] / "sandbox" / e["run"]
+        recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+        assert [r.iteration for r in recs] == list(range(len(recs))) and len(recs) == 3  # baseline + 2, none twice
+        state = json.loads((run_dir / "state.json").read_text())
+        assert state["inflight"] is None and state["stopped"]["state"] == "stop"
+        assert git(tmp_path, "rev-parse", f"tileloop/{e['run']}").strip() == state["best_commit"]
+    # a second --resume finds the runs finished: it reports them again and runs nothing
+    assert main([*args, "--resume", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["entries"]
+    assert [e["iterations"] for e in again] == [e["iterations"] for e in entries]
+
+
+@pytest.mark.slow
+def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo, capsys):
+    """Without --gpus the runs use the repository itself: a SIGTERM leaves it on the run's branch
+    (maybe with the candidate uncommitted); `suite run --resume` from there repairs and finishes
+    the run and returns to the branch the suite started from."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from loop.sandbox import with_package_path
+    from tests.conftest import git
+
+    target = "kernels/vector_add/vector_add_triton.py"
+    args = ["suite", "run", target, "--device", "cpu", "--max-iters", "3", "--archs", "sm_90"]
+    start = git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    proc = subprocess.Popen([sys.executable, "-m", "loop", *args], cwd=kernel_repo, env=with_package_path(dict(os.environ)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    state_path = kernel_repo / "sandbox" / "suite-vector-add-triton" / "state.json"
+    deadline = time.monotonic() + 600
+    while not (state_path.is_file() and json.loads(state_path.read_text())["inflight"]
+               and json.loads(state_path.read_text())["last_iteration"] >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "slow"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "tileloop/suite-vector-add-triton"
+
+    assert main([*args, "--resume", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["entries"]
+    assert entry["resumed"] is True and "error" not in entry
+    recs = [Record.from_json(json.loads(line)) for line in
+            (kernel_repo / "sandbox" / "suite-vector-add-triton" / "results.jsonl").read_text().splitlines()]
+    assert [r.iteration for r in recs] == [0, 1, 2, 3]
+    assert any(r.optimization.endswith("(interrupted)") for r in recs[2:])  # the in-flight one, recorded once
+    assert git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == start
+    assert git(kernel_repo, "status", "--porcelain", "--untracked-files=no") == ""
