@@ -261,3 +261,35 @@ def test_cutile_compile_error_is_typed_compile_error(tmp_path, env, capsys):
     rc, out = _broken_cutile(tmp_path, capsys)
     assert rc == 1
     assert out["status"] == "compile_error"
+
+
+def test_an_interrupted_parallel_compile_gate_leaves_no_worker_behind(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM reaches the main thread only: the gate kills the workers its threads started."""
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    import loop.evaluate
+    from loop.settings import Settings
+
+    started = []
+
+    def fake_worker(workdir, job, backend, settings, cache_dir, name="worker", procs=None, **kw):
+        proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        procs.append(proc)
+        started.append(proc)
+        proc.wait()
+        return {"status": "ok", "compile": {"ok": True, "results": []}}
+
+    monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
+    monkeypatch.setattr(loop.evaluate, "run_worker", fake_worker)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C while both workers run
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        loop.evaluate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
+                                   target=tmp_path / "t.py", language="triton", archs=["sm_90"], settings=Settings(),
+                                   cache_root=tmp_path, dtypes=["float32", "float16"])
+    assert len(started) == 2 and all(p.wait(timeout=10) is not None for p in started)  # killed, not left sleeping
+    assert time.monotonic() - t0 < 30
