@@ -245,14 +245,7 @@ def worker_job(job: dict) -> dict:
     device = job["device"]
     clock = timing._Clock(torch) if device == "cuda" else None  # before any kernel code is imported
     tamper_watch = w._timer_identities(torch)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("worker asked for cuda but no CUDA device is visible")
-    sys.path.insert(0, job["target_dir"])
-    if job["backend"] == "cutile":
-        w._watch_cutile_compiles()
-    if job["backend"] == "interpreter":
-        w._pin_autotune_to_first_config()
-    spec = w.load_module("tileloop_spec", Path(job["spec"]))
+    spec = w.start_job(torch, job)
     harness = w.Harness(torch, spec, device, clock)
     modules = {impl["label"]: w.call_impl(impl["label"], "import", w.load_module, f"tileloop_impl_{impl['label']}",
                                           Path(impl["path"])) for impl in job["impls"]}
@@ -287,8 +280,7 @@ def worker_job(job: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loop.records import atomic_write_text
-    from loop.worker import RESULT_SCHEMA, ImplFailure, SpecError, _short_tb
+    from loop.worker import write_job_result
 
     ap = argparse.ArgumentParser(prog="python -m loop.decision_worker", description="decision-check worker")
     ap.add_argument("--job", type=Path, required=True)
@@ -296,19 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     started = time.time()
     job = json.loads(args.job.read_text())
-    try:
-        payload = worker_job(job)
-    except ImplFailure as exc:
-        payload = {"status": exc.status, "failed_impl": exc.label, "message": exc.message, "detail": exc.detail}
-    except BadInput as exc:
-        payload = {"status": "bad_input", "message": str(exc)}
-    except SpecError as exc:
-        payload = {"status": "spec_error", "message": str(exc)}
-    except BaseException as exc:
-        payload = {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}", "detail": _short_tb(exc)}
-    payload.update(schema=RESULT_SCHEMA, backend=job.get("backend"), wall_s=round(time.time() - started, 3))
-    atomic_write_text(args.result, json.dumps(payload, indent=1, default=str))
-    return 0
+    return write_job_result(args.result, job, started, worker_job, typed=((BadInput, "bad_input"),))
 
 
 if __name__ == "__main__":

@@ -130,6 +130,10 @@ def run_id_of(target: str) -> str:
     return f"suite-{Path(target).stem.replace('_', '-')}"
 
 
+def branch_of(target: str) -> str:
+    return f"tileloop/{run_id_of(target)}"
+
+
 def existing_run(run_root: Path, target: str) -> dict | None:
     """The state of the target's suite run in `run_root`, if one was started there."""
     path = run_root / "sandbox" / run_id_of(target) / "state.json"
@@ -141,8 +145,24 @@ def finished(state: dict) -> bool:
     return (state.get("stopped") or {}).get("state") in ("stop", "escalate") and not state.get("inflight")
 
 
-class _Done:
-    returncode = 0
+def _run_child(cmd: list[str], run_root: Path, run_id: str, out_dir: Path, per_run_s: float | None, env: dict,
+               children: _Children, log, target: str, append: bool) -> tuple[int, bool]:
+    """One `tileloop run|resume` child, its stderr in <run_id>.log; (exit code, cut off). A child
+    past `per_run_s` is killed and its record repaired (`resume --no-continue`)."""
+    with open(out_dir / f"{run_id}.log", "a" if append else "w") as err:
+        proc = children.popen(cmd, cwd=run_root, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            proc.wait(timeout=per_run_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.wait()
+            log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
+            subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=run_root, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return proc.returncode, True
+        finally:
+            children.done(proc)
+    return proc.returncode, False
 
 
 def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
@@ -155,7 +175,7 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
     state = existing_run(run_root, target) if resume else None
     if resume and (state is None or state.get("last_iteration", -1) < 0):
         # killed before its baseline was recorded: nothing to continue; clear what it left and start over
-        branch = f"tileloop/{run_id}"
+        branch = branch_of(target)
         if _git(run_root, "branch", "--list", branch):
             if _git(run_root, "rev-parse", "--abbrev-ref", "HEAD") == branch:
                 _git(run_root, "checkout", "-q", "--detach")
@@ -163,8 +183,8 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
         shutil.rmtree(run_root / "sandbox" / run_id, ignore_errors=True)
         state = None
     if state is None:
-        log(f"[suite] {target}: tileloop run (branch tileloop/{run_id})")
-        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", f"tileloop/{run_id}", *extra]
+        log(f"[suite] {target}: tileloop run (branch {branch_of(target)})")
+        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", branch_of(target), *extra]
     else:
         _git(run_root, "checkout", "-q", state["branch"])
         done = finished(state)
@@ -172,27 +192,15 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
                                      f"tileloop resume (branch {state['branch']}, {state.get('last_iteration', -1)} experiments recorded)"))
         cmd = None if done else [sys.executable, "-m", "loop", "resume", "--run", run_id]
     t0 = time.monotonic()
-    with open(out_dir / f"{run_id}.log", "a" if state is not None else "w") as err:
-        proc = _Done() if cmd is None else children.popen(cmd, cwd=run_root, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        cut_off = False
-        try:
-            if cmd is not None:
-                proc.wait(timeout=per_run_s)
-        except subprocess.TimeoutExpired:
-            cut_off = True
-            kill_group(proc)
-            proc.wait()
-            log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
-            subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=run_root, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        finally:
-            if cmd is not None:
-                children.done(proc)
+    cut_off, returncode = False, 0
+    if cmd is not None:
+        returncode, cut_off = _run_child(cmd, run_root, run_id, out_dir, per_run_s, env, children, log, target,
+                                         append=state is not None)
     wall = time.monotonic() - t0
     run_dir = run_root / "sandbox" / run_id
     if not (run_dir / "results.jsonl").is_file():
-        log(f"[suite] {target}: no records (exit {proc.returncode}); see {run_id}.log")
-        return {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path), "error": f"no records (exit {proc.returncode})"}
+        log(f"[suite] {target}: no records (exit {returncode}); see {run_id}.log")
+        return {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path), "error": f"no records (exit {returncode})"}
     measure = ["--measure"] if "--device" not in extra or extra[extra.index("--device") + 1] == "cuda" else []
     rep_proc = children.popen([sys.executable, "-m", "loop", "report", "--run", run_id, *measure, "--json"], cwd=run_root,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -244,7 +252,7 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
     start_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
     killed_here = None  # with --resume, one target: a killed one-GPU suite leaves the repository on its run's branch
     if resume and gpus is None and start_branch.startswith("tileloop/"):
-        killed_here = next((t for t in targets if f"tileloop/{run_id_of(t)}" == start_branch), None)
+        killed_here = next((t for t in targets if branch_of(t) == start_branch), None)
         state = existing_run(root, killed_here) if killed_here else None
         if state is None or not state.get("origin_branch"):
             raise UserError(f"the repository is on {start_branch}, which is no run of these targets",
@@ -301,7 +309,7 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
                 # the run whose branch the tree has checked out first: a kill may have left its
                 # candidate uncommitted there, which only its own resume repairs
                 here = _git(trees[gpu], "rev-parse", "--abbrev-ref", "HEAD")
-                target = next((t for t in mine if f"tileloop/{run_id_of(t)}" == here and t in owner), mine[0])
+                target = next((t for t in mine if branch_of(t) == here and t in owner), mine[0])
                 queue.remove(target)
             if target not in owner:
                 _git(trees[gpu], "checkout", "-q", "--detach", start_sha)

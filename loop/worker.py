@@ -483,14 +483,7 @@ def profile_job(job: dict) -> dict:
     import torch
 
     device = job["device"]
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("worker asked for cuda but no CUDA device is visible")
-    sys.path.insert(0, job["target_dir"])
-    if job["backend"] == "cutile":
-        _watch_cutile_compiles()
-    if job["backend"] == "interpreter":
-        _pin_autotune_to_first_config()
-    spec = load_module("tileloop_spec", Path(job["spec"]))
+    spec = start_job(torch, job)
     harness = Harness(torch, spec, device)
     module = call_impl("candidate", "import", load_module, "tileloop_impl_candidate", Path(job["target"]))
     shape, dtype = profile_point(spec, job.get("shape"), job.get("dtype"))
@@ -514,6 +507,20 @@ def profile_job(job: dict) -> dict:
             "correctness": {"passed": True, "checks": [check]}, "proof": backend_proof({"candidate": module}, job["backend"])}
 
 
+def start_job(torch, job: dict):
+    """The start every GPU-side job shares: the device is there, the target's folder is importable,
+    the backend's watchers are on (cuTile compiles, the interpreter's autotune pinned), and the
+    spec is loaded (returned)."""
+    if job["device"] == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("worker asked for cuda but no CUDA device is visible")
+    sys.path.insert(0, job["target_dir"])
+    if job["backend"] == "cutile":
+        _watch_cutile_compiles()
+    if job["backend"] == "interpreter":
+        _pin_autotune_to_first_config()
+    return load_module("tileloop_spec", Path(job["spec"]))
+
+
 def run_job(job: dict) -> dict:
     import torch
 
@@ -522,14 +529,7 @@ def run_job(job: dict) -> dict:
     device = job["device"]
     clock = timing._Clock(torch) if device == "cuda" else None
     tamper_watch = _timer_identities(torch)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("worker asked for cuda but no CUDA device is visible")
-    sys.path.insert(0, job["target_dir"])
-    if job["backend"] == "cutile":
-        _watch_cutile_compiles()
-    if job["backend"] == "interpreter":
-        _pin_autotune_to_first_config()
-    spec = load_module("tileloop_spec", Path(job["spec"]))
+    spec = start_job(torch, job)
     harness = Harness(torch, spec, device, clock)
     modules: dict[str, Any] = {}
     for impl in job["impls"]:
@@ -742,17 +742,28 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.result, json.dumps(payload, indent=1))
         return 0
     job = json.loads(args.job.read_text())
+    mode = job.get("mode")
+    return write_job_result(args.result, job, started,
+                            compile_job if mode == "compile" else profile_job if mode == "profile" else run_job)
+
+
+def write_job_result(result: Path, job: dict, started: float, work, typed: tuple[tuple[type, str], ...] = ()) -> int:
+    """Run `work(job)` and write its payload to `result`, or its failure as a typed status: an
+    ImplFailure is the implementation's, `typed` maps a worker's own exception classes to statuses
+    (checked next), a SpecError is the spec's, anything else is tileloop's (`harness_error`). The
+    payload always carries the schema, the backend and the wall time."""
     try:
-        mode = job.get("mode")
-        payload = compile_job(job) if mode == "compile" else profile_job(job) if mode == "profile" else run_job(job)
+        payload = work(job)
     except ImplFailure as exc:
         payload = {"status": exc.status, "failed_impl": exc.label, "message": exc.message, "detail": exc.detail}
-    except SpecError as exc:
-        payload = {"status": "spec_error", "message": str(exc)}
     except BaseException as exc:
-        payload = {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}", "detail": _short_tb(exc)}
+        status = next((st for cls, st in typed if isinstance(exc, cls)), None)
+        if status is None and isinstance(exc, SpecError):
+            status = "spec_error"
+        payload = ({"status": status, "message": str(exc)} if status else
+                   {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}", "detail": _short_tb(exc)})
     payload.update(schema=RESULT_SCHEMA, backend=job.get("backend"), wall_s=round(time.time() - started, 3))
-    atomic_write_text(args.result, json.dumps(payload, indent=1, default=str))
+    atomic_write_text(result, json.dumps(payload, indent=1, default=str))
     return 0
 
 

@@ -28,10 +28,10 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, calls, checked, global_references, has_loop,
-                               int_value, is_constexpr, is_triton_decorator, is_triton_jit, leading_blank_trim,
-                               module_int_constants, names_in, params, parse, replace, triton_aliases, triton_kernels,
-                               triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, above_jit, calls, checked, global_references,
+                               has_loop, int_value, is_constexpr, is_triton_decorator, leading_blank_trim,
+                               module_int_constants, names_in, only_launch, params, parse, per_kernel, proposed,
+                               replace, triton_aliases, triton_kernels, triton_launches, walk)
 from playbook.hazards import scan
 
 MAX_CONFIGS = 24
@@ -109,12 +109,19 @@ def size_names(wrapper: cst.FunctionDef) -> set[str]:
 GEMM_TILES = ((128, 256, 64), (256, 128, 64))
 
 
-def gemm_dims(names: list[str]) -> tuple[int, int, int] | None:
-    """Positions of the M, N and K block constexprs (BLOCK_M / BLOCK_SIZE_N / ..._K), if exactly those."""
-    if len(names) != 3:
-        return None
+def gemm_tiles(names: list[str]) -> list[tuple[int, ...]]:
+    """GEMM_TILES in the order of `names`, when those are exactly the M, N and K block constexprs
+    (BLOCK_M / BLOCK_SIZE_N / ..._K, in any order); no tiles otherwise."""
     pos = {n.rsplit("_", 1)[-1]: i for i, n in enumerate(names) if "_" in n}
-    return (pos["M"], pos["N"], pos["K"]) if set(pos) == {"M", "N", "K"} else None
+    if len(names) != 3 or set(pos) != {"M", "N", "K"}:
+        return []
+    out = []
+    for tile in GEMM_TILES:
+        placed = [0, 0, 0]
+        for axis, v in zip("MNK", tile):
+            placed[pos[axis]] = v
+        out.append(tuple(placed))
+    return out
 
 
 def block_space(values: list[int], wide: bool = False, names: list[str] | None = None) -> list[tuple[int, ...]]:
@@ -135,14 +142,7 @@ def block_space(values: list[int], wide: bool = False, names: list[str] | None =
             new[d] = values[d] * 2 if values[d] * 2 <= BLOCK_LIMIT_ND else values[d] // 2
         if min(new) >= 16 and tuple(new) not in out:
             out.append(tuple(new))
-    dims = gemm_dims(names or [])
-    if dims is not None:
-        for tile in GEMM_TILES:
-            new = [0, 0, 0]
-            for d, v in zip(dims, tile):
-                new[d] = v
-            if tuple(new) not in out:
-                out.append(tuple(new))
+    out += [t for t in gemm_tiles(names or []) if t not in out]
     return out
 
 
@@ -210,18 +210,9 @@ class TritonAutotune(PatternRecipe):
         al = triton_aliases(module)
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
-        out, reasons = [], []
-        for name, fn in kernels.items():
-            mine = [launch for launch in launches if launch.kernel == name]
-            try:
-                if len(mine) != 1:
-                    raise Skip(f"{name} is launched {len(mine)} times (one launch expected)")
-                out.append(self._rewrite(source, module, al, fn, mine[0]))
-            except Skip as exc:
-                reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons) or "no @triton.jit kernel")
-        return out
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(source, module, al, fn,
+                                                                          only_launch(name, launches)))
+        return proposed(out, reasons, "no @triton.jit kernel")
 
     def _rewrite(self, source: str, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch) -> Candidate:
         name = fn.name.value
@@ -332,7 +323,6 @@ class TritonAutotune(PatternRecipe):
         assert n_configs <= MAX_CONFIGS, n_configs
         kws = [b[0] for b in blocks]
         deco_src = decorator_code(tt, kws, combos, warps, stages, key)
-        new_deco = cst.parse_module(deco_src + "def _f():\n    pass\n").body[0].decorators[0]
 
         def grid_fn(expr: cst.BaseExpression) -> cst.BaseExpression:
             return cst.parse_expression(f"lambda meta: {module.code_for_node(expr)}")
@@ -353,16 +343,7 @@ class TritonAutotune(PatternRecipe):
 
         mapping[launch.call] = new_call
 
-        def new_fn(upd: cst.FunctionDef) -> cst.FunctionDef:
-            decs = []
-            for dec in upd.decorators:
-                if is_triton_jit(dec, al):
-                    decs.append(new_deco.with_changes(leading_lines=dec.leading_lines))
-                    dec = dec.with_changes(leading_lines=())
-                decs.append(dec)
-            return upd.with_changes(decorators=decs)
-
-        mapping[fn] = new_fn
+        mapping[fn] = above_jit(deco_src, al)
         new_module = replace(module, mapping)
         new_module = _drop_constants(new_module, removable)
         code = checked(new_module.code)

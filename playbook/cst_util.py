@@ -93,6 +93,24 @@ def is_triton_jit(dec: cst.Decorator, al: Aliases) -> bool:
     return is_attr(_decorator_target(dec), al.triton, "jit")
 
 
+def above_jit(decorator_code: str, al: Aliases) -> Callable[[cst.FunctionDef], cst.FunctionDef]:
+    """A function-definition updater (for `replace`) that puts the decorator written in
+    `decorator_code` (`@...` source ending in a newline) right above the function's @triton.jit,
+    taking over the blank lines that stood before the jit decorator."""
+    new = cst.parse_module(decorator_code + "def _f():\n    pass\n").body[0].decorators[0]
+
+    def update(upd: cst.FunctionDef) -> cst.FunctionDef:
+        decs = []
+        for dec in upd.decorators:
+            if is_triton_jit(dec, al):
+                decs.append(new.with_changes(leading_lines=dec.leading_lines))
+                dec = dec.with_changes(leading_lines=())
+            decs.append(dec)
+        return upd.with_changes(decorators=decs)
+
+    return update
+
+
 def is_triton_decorator(dec: cst.Decorator, al: Aliases, *names: str) -> bool:
     return is_attr(_decorator_target(dec), al.triton, *names)
 
@@ -215,6 +233,84 @@ def triton_launches(module: cst.Module, kernels: Iterable[str]) -> list[Launch]:
 
 
 # ----------------------------------------------------------------------------------- keyword args
+
+
+def per_kernel(kernels: dict[str, cst.FunctionDef],
+               attempt: Callable[[str, cst.FunctionDef], object]) -> tuple[list, list[str]]:
+    """`attempt(name, fn)` for each kernel: the candidates it made, and the Skip reasons of the
+    kernels it does not fit (a recipe proposes for every kernel that fits)."""
+    out, reasons = [], []
+    for name, fn in kernels.items():
+        try:
+            out.append(attempt(name, fn))
+        except Skip as exc:
+            reasons.append(str(exc))
+    return out, reasons
+
+
+def proposed(out: list, reasons: list[str], nothing: str = "") -> list:
+    """`out`, or Skip with every reason (`nothing` when there is none) when it is empty."""
+    if not out:
+        raise Skip("; ".join(reasons) or nothing)
+    return out
+
+
+def only_launch(name: str, launches: list[Launch]) -> Launch:
+    """The one launch of kernel `name`; Skip when it is launched more or less than once."""
+    mine = [launch for launch in launches if launch.kernel == name]
+    if len(mine) != 1:
+        raise Skip(f"{name} is launched {len(mine)} times (one launch expected)")
+    return mine[0]
+
+
+def assign_of(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value) for a statement line `name = value`."""
+    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+        return stmt.body[0].targets[0].target.value, stmt.body[0].value
+    return None
+
+
+def add_module_constant(module: cst.Module, name: str, value: int, comment: str | None = None) -> cst.Module:
+    """`NAME = value` after the last UPPERCASE int constant before the first def (or after the imports)."""
+    body = list(module.body)
+    first_def = next((i for i, s in enumerate(body) if isinstance(s, (cst.FunctionDef, cst.ClassDef))), len(body))
+    consts = [i for i, s in enumerate(body[:first_def])
+              if assign_of(s) and isinstance(assign_of(s)[1], cst.Integer) and assign_of(s)[0].isupper()]
+    imports = [i for i, s in enumerate(body[:first_def]) if isinstance(s, cst.SimpleStatementLine)
+               and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
+    stmt = cst.parse_statement(f"{name} = {value}" + (f"  # {comment}" if comment else "") + "\n")
+    if consts:
+        at = consts[-1] + 1
+    else:
+        at = (imports[-1] + 1) if imports else 0
+        stmt = stmt.with_changes(leading_lines=[cst.EmptyLine()])
+    body.insert(at, stmt)
+    return module.with_changes(body=body)
+
+
+def ct_kernels(module: cst.Module) -> tuple[Aliases, dict[str, cst.FunctionDef]]:
+    """The aliases and the @ct.kernel functions of a cuTile module; Skip when there are none."""
+    al = aliases(module)
+    if not al.ct:
+        raise Skip("needs `import cuda.tile as ct`")
+    kernels = cutile_kernels(module, al)
+    if not kernels:
+        raise Skip("no @ct.kernel function")
+    return al, kernels
+
+
+class SetConstant(cst.CSTTransformer):
+    """Sets the module-level int constant `name = <int>` to `value` (a transformer: module.visit)."""
+
+    def __init__(self, name: str, value: int):
+        self.name, self.value = name, value
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        if (len(updated.targets) == 1 and isinstance(updated.targets[0].target, cst.Name)
+                and updated.targets[0].target.value == self.name and isinstance(updated.value, cst.Integer)):
+            return updated.with_changes(value=cst.Integer(str(self.value)))
+        return updated
 
 
 def _no_space_equal() -> cst.AssignEqual:

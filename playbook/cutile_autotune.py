@@ -37,7 +37,7 @@ from playbook.base import Candidate, register
 from playbook.cst_util import (Aliases, PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, global_references,
                                has_loop, is_attr, is_ct_kernel, kwarg_value, module_int_constants, names_in, params,
                                parse, walk)
-from playbook.autotune import GEMM_TILES, gemm_dims
+from playbook.autotune import gemm_tiles
 from playbook.eviction import assignments
 
 MAX_CONFIGS = 30  # TileGym: more than 30 configs pushes compile times past 5 minutes
@@ -122,16 +122,8 @@ def space(arch: Arch, knobs: dict[str, int], occupancy: int | None, num_ctas: in
     GEMM tiles (playbook.autotune.GEMM_TILES) up to the architecture's largest tile, ahead of the
     doubled ones, so a trimmed space keeps them."""
     tiles = tile_options(tuple(knobs.values()), *arch.tiles)
-    dims = gemm_dims(list(knobs)) if mma else None
-    if dims is not None:
-        large = []
-        for tile in GEMM_TILES:
-            new = [0, 0, 0]
-            for d, v in zip(dims, tile):
-                new[d] = v
-            if all(v <= arch.tiles[1] for v in new):
-                large.append(tuple(new))
-        tiles = _dedupe([tiles[0], *large, *tiles[1:]])
+    large = [t for t in gemm_tiles(list(knobs)) if max(t) <= arch.tiles[1]] if mma else []
+    tiles = _dedupe([tiles[0], *large, *tiles[1:]])
     occ = _dedupe([occupancy, *(MMA_OCCUPANCY if mma else arch.occupancy if knobs else arch.occupancy_only)])
     ctas = _dedupe([num_ctas, *arch.num_ctas]) if mma and arch.num_ctas else []
     while len(tiles) * len(occ) * max(len(ctas), 1) > MAX_CONFIGS:

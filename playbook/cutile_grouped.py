@@ -24,9 +24,10 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import PatternRecipe, Skip, calls, checked, kwarg_value, parse, replace, walk
-from playbook.cutile_schedule import (MMA_OPS, add_module_constant, append_args, append_params, assign_of, axis_of,
-                                      ct_kernels, ct_launch, param, statements, variables)
+from playbook.cst_util import (PatternRecipe, Skip, add_module_constant, assign_of, calls, checked, ct_kernels,
+                               kwarg_value, parse, per_kernel, proposed, replace, walk)
+from playbook.cutile_schedule import (MMA_OPS, append_args, append_params, axis_of, ct_launch, param, statements,
+                                      variables)
 
 GROUP = "GROUP_SIZE_M"
 GROUP_VALUE = 8
@@ -105,17 +106,13 @@ class CuTileGrouped(PatternRecipe):
         al, kernels = ct_kernels(module)
         if GROUP in variables(module):
             raise Skip(f"{GROUP} is already defined")
-        out, reasons = [], []
-        for name, fn in kernels.items():
-            try:
-                if not calls(fn.body, al.ct, *MMA_OPS):
-                    raise Skip(f"{name} has no ct.mma/ct.matmul")
-                out.append(self._rewrite(module, al.ct, fn))
-            except Skip as exc:
-                reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons))
-        return out
+
+        def attempt(name: str, fn: cst.FunctionDef) -> Candidate:
+            if not calls(fn.body, al.ct, *MMA_OPS):
+                raise Skip(f"{name} has no ct.mma/ct.matmul")
+            return self._rewrite(module, al.ct, fn)
+
+        return proposed(*per_kernel(kernels, attempt))
 
     def _rewrite(self, module: cst.Module, ct: str, fn: cst.FunctionDef) -> Candidate:
         name = fn.name.value

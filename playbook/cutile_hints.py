@@ -16,7 +16,8 @@ import libcst as cst
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
 from playbook.cutile_autotune import owned_knobs
-from playbook.launch import _SetConstant, module_constants
+from playbook.cst_util import SetConstant
+from playbook.launch import module_constants
 
 MAX_OCCUPANCY = 32
 MAX_TILE = 4096
@@ -114,7 +115,7 @@ class CuTileHint:
         for name, value in consts.found.items():
             if value * 2 > MAX_TILE or name in owned:
                 continue
-            code = module.visit(_SetConstant(name, value * 2)).code
+            code = module.visit(SetConstant(name, value * 2)).code
             out.append(Candidate(self.id, "block", f"{self.id}:{name}={value * 2}", f"{name} {value} -> {value * 2}",
                                  f"tile {value} -> {value * 2}: more data per block, fewer blocks; expect 5-40% while "
                                  f"the kernel is latency-bound", code))

@@ -21,9 +21,8 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, PatternRecipe, Skip, add_kwarg, aliases, calls, checked, cutile_kernels,
-                               has_kwarg, is_attr, is_call, is_ct_kernel, kwarg, kwarg_value, params, parse, replace,
-                               walk)
+from playbook.cst_util import (PatternRecipe, Skip, add_kwarg, calls, checked, ct_kernels, has_kwarg, is_attr, is_call,
+                               is_ct_kernel, kwarg, kwarg_value, params, parse, replace, walk)
 from playbook.eviction import assignments, depends_on
 
 LATENCIES = (2, 4, 8)
@@ -32,16 +31,6 @@ FTZ_OPS = ("add", "cumprod", "cumsum", "exp2", "max", "maximum", "min", "minimum
            "sub", "sum", "truediv")
 APPROX_TRANSCENDENTAL = ("exp", "tanh")  # RoundingMode.APPROX: fp32 only, CTK >= 13.3 (exp) / 13.2 (tanh)
 MMA_OPS = ("mma", "matmul")
-
-
-def _kernels(module: cst.Module) -> tuple[Aliases, dict[str, cst.FunctionDef]]:
-    al = aliases(module)
-    if not al.ct:
-        raise Skip("needs `import cuda.tile as ct`")
-    kernels = cutile_kernels(module, al)
-    if not kernels:
-        raise Skip("no @ct.kernel function")
-    return al, kernels
 
 
 # ----------------------------------------------------------------------------------- fp32 dataflow
@@ -127,7 +116,7 @@ class CuTileLatency(PatternRecipe):
     languages = ("cutile",)
 
     def streaming_loads(self, module: cst.Module) -> list[cst.Call]:
-        al, kernels = _kernels(module)
+        al, kernels = ct_kernels(module)
         out = []
         for fn in kernels.values():
             roots = bid_names(fn, al.ct)
@@ -179,7 +168,7 @@ class CuTileStoreNoTma(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        al, kernels = _kernels(module)
+        al, kernels = ct_kernels(module)
         stores = [c for fn in kernels.values() for c in calls(fn.body, al.ct, "store") if not has_kwarg(c, "allow_tma")]
         if not stores:
             raise Skip("no ct.store without allow_tma")
@@ -214,7 +203,7 @@ class CuTileApprox(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        al, kernels = _kernels(module)
+        al, kernels = ct_kernels(module)
         ct = al.ct
         out = []
         exp_sites, div_sites, ftz_sites = [], [], []
@@ -280,7 +269,7 @@ class CuTileNumCtas(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        al, kernels = _kernels(module)
+        al, kernels = ct_kernels(module)
         out = []
         for name, fn in kernels.items():
             if not calls(fn.body, al.ct, *MMA_OPS):

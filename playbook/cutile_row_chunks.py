@@ -34,9 +34,8 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, PatternRecipe, Skip, checked, global_references, is_call, module_functions,
-                               params, parse, replace, walk)
-from playbook.cutile_schedule import assign_of, ct_kernels
+from playbook.cst_util import (Aliases, PatternRecipe, Skip, assign_of, checked, ct_kernels, global_references, is_call,
+                               module_functions, params, parse, replace, walk)
 
 CHUNK = "CHUNK"
 CHUNK_COLS = 1024  # columns per chunk: 8 fp32 values per thread at 128 threads, whatever the row width

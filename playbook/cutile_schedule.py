@@ -29,9 +29,9 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, is_attr, is_call,
-                               is_ct_kernel, kwarg_value, module_functions, module_int_constants, parse, replace,
-                               ReplaceNodes, walk)
+from playbook.cst_util import (Aliases, PatternRecipe, ReplaceNodes, Skip, add_module_constant, assign_of, calls,
+                               checked, ct_kernels, is_attr, is_call, is_ct_kernel, kwarg_value, module_functions,
+                               module_int_constants, parse, per_kernel, proposed, replace, walk)
 from playbook.eviction import assignments
 
 MMA_OPS = ("mma", "matmul")
@@ -41,24 +41,6 @@ SM_COUNT = "_sm_count"
 
 
 # ----------------------------------------------------------------------------------- source helpers
-
-
-def ct_kernels(module: cst.Module) -> tuple[Aliases, dict[str, cst.FunctionDef]]:
-    al = aliases(module)
-    if not al.ct:
-        raise Skip("needs `import cuda.tile as ct`")
-    kernels = cutile_kernels(module, al)
-    if not kernels:
-        raise Skip("no @ct.kernel function")
-    return al, kernels
-
-
-def assign_of(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """(name, value) for a statement line `name = value`."""
-    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
-        return stmt.body[0].targets[0].target.value, stmt.body[0].value
-    return None
 
 
 def axis_of(call: cst.BaseExpression, ct: str, *fns: str) -> int | None:
@@ -145,24 +127,6 @@ def append_args(args: cst.Tuple, names: list[str]) -> cst.Tuple:
         elems[-1] = last.with_changes(comma=comma)
     new = [e.with_changes(comma=comma) for e in new[:-1]] + [new[-1]]
     return args.with_changes(elements=[*elems, *new])
-
-
-def add_module_constant(module: cst.Module, name: str, value: int, comment: str | None = None) -> cst.Module:
-    """`NAME = value` after the last UPPERCASE int constant before the first def (or after the imports)."""
-    body = list(module.body)
-    first_def = next((i for i, s in enumerate(body) if isinstance(s, (cst.FunctionDef, cst.ClassDef))), len(body))
-    consts = [i for i, s in enumerate(body[:first_def])
-              if assign_of(s) and isinstance(assign_of(s)[1], cst.Integer) and assign_of(s)[0].isupper()]
-    imports = [i for i, s in enumerate(body[:first_def]) if isinstance(s, cst.SimpleStatementLine)
-               and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
-    stmt = cst.parse_statement(f"{name} = {value}" + (f"  # {comment}" if comment else "") + "\n")
-    if consts:
-        at = consts[-1] + 1
-    else:
-        at = (imports[-1] + 1) if imports else 0
-        stmt = stmt.with_changes(leading_lines=[cst.EmptyLine()])
-    body.insert(at, stmt)
-    return module.with_changes(body=body)
 
 
 def _import_functools(module: cst.Module) -> cst.Module:
@@ -272,19 +236,12 @@ class CuTilePersistent(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al, kernels = ct_kernels(module)
-        out, reasons = [], []
-        for name, fn in kernels.items():
-            try:
-                out.append(self._rewrite(module, al, fn))
-            except Skip as exc:
-                reasons.append(str(exc))
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al, fn))
         try:
             out.append(self._step_up(module))
         except Skip as exc:
             reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons))
-        return out
+        return proposed(out, reasons)
 
     def _step_up(self, module: cst.Module) -> Candidate:
         """Once persistent: BLOCKS_PER_SM doubled (more blocks resident per SM to hide latency)."""

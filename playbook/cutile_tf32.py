@@ -27,7 +27,7 @@ import libcst as cst
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
 from playbook.cst_util import (PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, is_attr, is_call, params,
-                               parse, replace, walk)
+                               parse, per_kernel, proposed, replace, walk)
 from playbook.cutile_schedule import MMA_OPS, variables
 from playbook.eviction import assignments
 
@@ -92,15 +92,8 @@ class CuTileTf32(PatternRecipe):
         if not al.ct:
             raise Skip("needs `import cuda.tile as ct`")
         kernels = cutile_kernels(module, al)
-        out, reasons = [], []
-        for name, fn in kernels.items():
-            try:
-                out.append(self._rewrite(module, al.ct, fn))
-            except Skip as exc:
-                reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons) or "no @ct.kernel function")
-        return out
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al.ct, fn))
+        return proposed(out, reasons, "no @ct.kernel function")
 
     def _rewrite(self, module: cst.Module, ct: str, fn: cst.FunctionDef) -> Candidate:
         name = fn.name.value

@@ -26,20 +26,13 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (PatternRecipe, Skip, add_kwarg, aliases, calls, checked, is_call, names_in, params,
-                               parse, replace, triton_kernels, triton_launches, walk)
+from playbook.cst_util import (PatternRecipe, Skip, add_kwarg, add_module_constant, aliases, assign_of, calls, checked,
+                               is_call, names_in, only_launch, params, parse, per_kernel, proposed, replace,
+                               triton_kernels, triton_launches, walk)
 
 GROUP = "GROUP_SIZE_M"
 GROUP_VALUE = 8
 NEW_NAMES = {"num_pid_in_group", "group_id", "first_pid_m", "group_size_m"}
-
-
-def _assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """(name, value) for a statement line `name = value`."""
-    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
-        return stmt.body[0].targets[0].target.value, stmt.body[0].value
-    return None
 
 
 def _program_id_axis(value: cst.BaseExpression, tl: str) -> int | None:
@@ -93,24 +86,17 @@ class GroupedOrdering(PatternRecipe):
         al = aliases(module)
         if not al.tl:
             raise Skip("needs `import triton.language as tl`")
-        if any(_assign(s) and _assign(s)[0] == GROUP for s in module.body):
+        if any(assign_of(s) and assign_of(s)[0] == GROUP for s in module.body):
             raise Skip(f"{GROUP} is already defined")
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
-        out, reasons = [], []
-        for name, fn in kernels.items():
-            try:
-                if not calls(fn.body, al.tl, "dot"):
-                    raise Skip(f"{name} has no tl.dot")
-                mine = [launch for launch in launches if launch.kernel == name]
-                if len(mine) != 1:
-                    raise Skip(f"{name} is launched {len(mine)} times (one launch expected)")
-                out.append(self._rewrite(module, al.tl, fn, mine[0].call))
-            except Skip as exc:
-                reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons) or "no @triton.jit kernel")
-        return out
+
+        def attempt(name: str, fn: cst.FunctionDef) -> Candidate:
+            if not calls(fn.body, al.tl, "dot"):
+                raise Skip(f"{name} has no tl.dot")
+            return self._rewrite(module, al.tl, fn, only_launch(name, launches).call)
+
+        return proposed(*per_kernel(kernels, attempt), "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, tl: str, fn: cst.FunctionDef, call: cst.Call) -> Candidate:
         name = fn.name.value
@@ -124,7 +110,7 @@ class GroupedOrdering(PatternRecipe):
         lines: list[str] | None = None
         start = None
         for i in range(len(stmts) - 1):
-            a, b = _assign(stmts[i]), _assign(stmts[i + 1])
+            a, b = assign_of(stmts[i]), assign_of(stmts[i + 1])
             if not (a and b):
                 continue
             # one program id: pid_m = pid // num_pid_n; pid_n = pid % num_pid_n (either order)
@@ -134,7 +120,7 @@ class GroupedOrdering(PatternRecipe):
                 pid, num_pid_n = div
                 pid_m = a[0] if _split(a[1], cst.FloorDivide) else b[0]
                 pid_n = b[0] if pid_m == a[0] else a[0]
-                earlier = [_assign(s) for s in stmts[:i]]
+                earlier = [assign_of(s) for s in stmts[:i]]
                 if not any(x and x[0] == pid and _program_id_axis(x[1], tl) == 0 for x in earlier):
                     raise Skip(f"{pid} is not tl.program_id(0)")
                 cdivs = [x[0] for x in earlier if x and is_call(x[1], tl, "cdiv") and x[0] != num_pid_n]
@@ -185,7 +171,7 @@ class GroupedOrdering(PatternRecipe):
             call: lambda upd: add_kwarg(upd, GROUP, cst.Name(GROUP)),
         }
         new = replace(module, mapping)
-        new = _add_constant(new, GROUP, GROUP_VALUE)
+        new = add_module_constant(new, GROUP, GROUP_VALUE)
         code = checked(new.code)
         return Candidate(self.id, "grouped-ordering", f"{self.id}:{name}.{GROUP}={GROUP_VALUE}",
                          f"{name}: grouped program order, {GROUP}={GROUP_VALUE}",
@@ -193,21 +179,3 @@ class GroupedOrdering(PatternRecipe):
                          f"and B panels in L2: expect 5-15% on large L2-bound GEMMs (large tiles), ~0 or a few % worse "
                          f"with small tiles (64x64 reference matmul on an H200: 0.95-1.01)",
                          code)
-
-
-def _add_constant(module: cst.Module, name: str, value: int) -> cst.Module:
-    """`NAME = value` after the last module-level int constant before the first function (or after the imports)."""
-    body = list(module.body)
-    first_def = next((i for i, s in enumerate(body) if isinstance(s, (cst.FunctionDef, cst.ClassDef))), len(body))
-    consts = [i for i, s in enumerate(body[:first_def])
-              if _assign(s) and isinstance(_assign(s)[1], cst.Integer) and _assign(s)[0].isupper()]
-    imports = [i for i, s in enumerate(body[:first_def]) if isinstance(s, cst.SimpleStatementLine)
-               and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
-    stmt = cst.parse_statement(f"{name} = {value}\n")
-    if consts:
-        at = consts[-1] + 1
-    else:
-        at = (imports[-1] + 1) if imports else 0
-        stmt = stmt.with_changes(leading_lines=[cst.EmptyLine()])
-    body.insert(at, stmt)
-    return module.with_changes(body=body)

@@ -21,7 +21,8 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import add_kwarg, aliases, has_kwarg, has_loop, replace, triton_kernels, triton_launches, walk
+from playbook.cst_util import (SetConstant, add_kwarg, aliases, has_kwarg, has_loop, replace, triton_kernels,
+                               triton_launches, walk)
 
 LIMITS = {"num_warps": 16, "num_stages": 5, "block": 16384}
 DEFAULT_NUM_STAGES = 3  # Triton 3.6: CUDAOptions.num_stages, and TileIROptions.num_stages in nvtriton
@@ -77,17 +78,6 @@ def module_constants(module: cst.Module) -> dict[str, int]:
                         and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Integer)):
                     out[small.targets[0].target.value] = int(small.value.evaluated_value)
     return out
-
-
-class _SetConstant(cst.CSTTransformer):
-    def __init__(self, name: str, value: int):
-        self.name, self.value = name, value
-
-    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
-        if (len(updated.targets) == 1 and isinstance(updated.targets[0].target, cst.Name)
-                and updated.targets[0].target.value == self.name and isinstance(updated.value, cst.Integer)):
-            return updated.with_changes(value=cst.Integer(str(self.value)))
-        return updated
 
 
 class _SetLiteral(cst.CSTTransformer):
@@ -173,7 +163,7 @@ class LaunchParam:
         for site, new, tier in steps:
             if new is None:
                 continue
-            transformer = _SetConstant(site.constant, new) if site.constant else _SetLiteral(site.kw, new)
+            transformer = SetConstant(site.constant, new) if site.constant else _SetLiteral(site.kw, new)
             rewritten = module.visit(transformer).code
             if rewritten == source:
                 continue

@@ -43,9 +43,10 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, add_kwarg, calls, checked, int_value,
-                               is_constexpr, module_functions, module_int_constants, names_in, params, parse, replace,
-                               triton_aliases, triton_kernels, triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, SetConstant, Skip, add_kwarg, calls, checked, int_value,
+                               is_constexpr, module_functions, module_int_constants, names_in, only_launch, params,
+                               parse, per_kernel, proposed, replace, triton_aliases, triton_kernels, triton_launches,
+                               walk)
 from playbook.persistent_loop import (WRAPPER_INDENT, Grid, Translator, bound_args, code_of, plan_kernel, resolve_grid,
                                       simple_assign)
 
@@ -296,18 +297,10 @@ class TritonPersistent(PatternRecipe):
         al = triton_aliases(module)
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
-        out, reasons = self._steps(module), []
-        for name, fn in kernels.items():
-            mine = [launch for launch in launches if launch.kernel == name]
-            try:
-                if len(mine) != 1:
-                    raise Skip(f"{name} is launched {len(mine)} times (one launch expected)")
-                out.append(self._rewrite(module, al, fn, mine[0], {k: f for k, f in kernels.items() if k != name}))
-            except Skip as exc:
-                reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons) or "no @triton.jit kernel")
-        return out
+        steps = self._steps(module)
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(
+            module, al, fn, only_launch(name, launches), {k: f for k, f in kernels.items() if k != name}))
+        return proposed(steps + out, reasons, "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch,
                  helpers: dict[str, cst.FunctionDef]) -> Candidate:
@@ -346,7 +339,7 @@ class TritonPersistent(PatternRecipe):
                          (value // 2, "fewer programs, each with more work and more registers")):
             if not 1 <= new <= MAX_PROGRAMS_PER_SM:
                 continue
-            code = checked(module.visit(_SetConstant(CONSTANT, new)).code)
+            code = checked(module.visit(SetConstant(CONSTANT, new)).code)
             out.append(Candidate(self.id, "persistent", f"{self.id}:{CONSTANT}={new}", f"{CONSTANT} {value} -> {new}",
                                  STEP_HYPOTHESIS.format(old=value, new=new, why=why), code, tier=1))
         return out
@@ -354,14 +347,3 @@ class TritonPersistent(PatternRecipe):
     def current_keys(self, source: str) -> list[str]:
         value = module_int_constants(parse(source)).get(CONSTANT)
         return [f"{self.id}:{CONSTANT}={value}"] if value is not None else []
-
-
-class _SetConstant(cst.CSTTransformer):
-    def __init__(self, name: str, value: int):
-        self.name, self.value = name, value
-
-    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
-        if (len(updated.targets) == 1 and isinstance(updated.targets[0].target, cst.Name)
-                and updated.targets[0].target.value == self.name and isinstance(updated.value, cst.Integer)):
-            return updated.with_changes(value=cst.Integer(str(self.value)))
-        return updated

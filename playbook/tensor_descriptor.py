@@ -35,8 +35,9 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, checked, is_call, module_functions,
-                               params, parse, replace, triton_aliases, triton_kernels, triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, checked, is_call, module_functions, only_launch,
+                               params, parse, per_kernel, proposed, replace, triton_aliases, triton_kernels,
+                               triton_launches, walk)
 from playbook.hazards import scan
 from playbook.pointer_blocks import Block, KernelBlocks, assign, code, free_names, norm
 
@@ -181,22 +182,15 @@ class TritonTensorDescriptor(PatternRecipe):
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
         defined = {f.name.value for f in module_functions(module)}
-        out, reasons = [], []
-        for name, fn in kernels.items():
-            try:
-                if any(is_call(n, al.tl, "make_tensor_descriptor") for n in walk(fn.body)):
-                    raise Skip(f"{name} already builds tensor descriptors")
-                if f"{name}{SUFFIX}" in defined:
-                    raise Skip(f"{name} already has a tensor-descriptor twin")
-                mine = [launch for launch in launches if launch.kernel == name]
-                if len(mine) != 1:
-                    raise Skip(f"{name} is launched {len(mine)} times (one launch expected)")
-                out.append(self._rewrite(module, al, fn, mine[0]))
-            except Skip as exc:
-                reasons.append(str(exc))
-        if not out:
-            raise Skip("; ".join(reasons) or "no @triton.jit kernel")
-        return out
+
+        def attempt(name: str, fn: cst.FunctionDef) -> Candidate:
+            if any(is_call(n, al.tl, "make_tensor_descriptor") for n in walk(fn.body)):
+                raise Skip(f"{name} already builds tensor descriptors")
+            if f"{name}{SUFFIX}" in defined:
+                raise Skip(f"{name} already has a tensor-descriptor twin")
+            return self._rewrite(module, al, fn, only_launch(name, launches))
+
+        return proposed(*per_kernel(kernels, attempt), "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch) -> Candidate:
         name, tl = fn.name.value, al.tl

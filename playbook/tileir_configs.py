@@ -34,9 +34,9 @@ import libcst as cst
 from playbook.analysis import Analysis
 from playbook.autotune import UNSUPPORTED_LAUNCH_OPTIONS, _drop_constants, is_size, size_names
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, calls, checked, int_value,
-                               is_triton_decorator, is_triton_jit, kwarg_value, module_functions, module_int_constants,
-                               params, parse, remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, above_jit, calls, checked, int_value,
+                               is_triton_decorator, kwarg_value, module_functions, module_int_constants, params, parse,
+                               remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches)
 from playbook.hazards import scan
 from playbook.persistent_loop import bound_args
 
@@ -208,18 +208,7 @@ class TritonTileIRConfigs(PatternRecipe):
                     f"    key=[{keys}],\n"
                     f"    prune_configs_by={{\"early_config_prune\": {PRUNE}}},\n"
                     f")\n")
-            new_deco = cst.parse_module(deco + "def _f():\n    pass\n").body[0].decorators[0]
-
-            def decorated(upd: cst.FunctionDef) -> cst.FunctionDef:
-                decs = []
-                for dec in upd.decorators:
-                    if is_triton_jit(dec, al):
-                        decs.append(new_deco.with_changes(leading_lines=dec.leading_lines))
-                        dec = dec.with_changes(leading_lines=())
-                    decs.append(dec)
-                return upd.with_changes(decorators=decs)
-
-            mapping[fn] = decorated
+            mapping[fn] = above_jit(deco, al)
             mapping[launch.call] = lambda upd: remove_kwargs(upd, set(LAUNCH_OPTIONS))
         new = replace(module, mapping)
         new = _drop_constants(new, removable)

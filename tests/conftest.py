@@ -1,8 +1,10 @@
-"""Shared fixtures: a throw-away git repository holding the vector_add kernel."""
+"""Shared fixtures: a throw-away git repository holding the vector_add kernel, a copy of a reference
+op with a rewritten target, a clean environment for workers."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +29,31 @@ def git(root: Path, *args: str) -> str:
     out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
                          cwd=root, check=True, capture_output=True, text=True)
     return out.stdout
+
+
+def materialise(root: Path, op: str, lang: str, source: str, **spec_values) -> Path:
+    """A copy of kernels/<op>/ at root/<op> with `source` as its target <op>_<lang>.py and, for
+    each keyword, that top-level assignment of its spec.py replaced (DTYPES=[...],
+    CORRECTNESS_SHAPES=[...]); returns the target's path."""
+    folder = root / op
+    shutil.copytree(REPO_ROOT / "kernels" / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    spec = folder / "spec.py"
+    for name, value in spec_values.items():
+        text, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", spec.read_text(), count=1, flags=re.M)
+        assert n == 1, f"{name} is not a one-line assignment in {op}/spec.py"
+        spec.write_text(text)
+    target = folder / f"{op}_{lang}.py"
+    target.write_text(source)
+    return target
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    """No tileloop overrides from the outside (worker timeout, python, interpreter), cwd tmp_path."""
+    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch
 
 
 def copy_vector_add(dest_root: Path) -> Path:

@@ -42,13 +42,6 @@ def compile_json(capsys, *argv: str) -> tuple[int, dict]:
     return rc, json.loads(out)
 
 
-@pytest.fixture
-def env(monkeypatch):
-    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
-
 def test_the_glob_finds_both_languages():
     assert any(t.endswith("_triton.py") for t in TARGETS)
     assert any(t.endswith("_cutile.py") for t in TARGETS)

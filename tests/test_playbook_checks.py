@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,8 @@ from loop.settings import Settings
 from playbook.analysis import analyze
 
 pytestmark = pytest.mark.slow
+from tests.conftest import materialise
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
 
@@ -39,23 +40,6 @@ def candidate(recipe_id: str, op: str, lang: str, key: str | None = None):
     found = [c for c in playbook.get(recipe_id).candidates(source, analyze(source)) if key is None or c.key == key]
     assert found, f"{recipe_id} proposed nothing for {op}_{lang}"
     return found[0]
-
-
-def materialise(tmp_path: Path, op: str, lang: str, source: str) -> Path:
-    """A temp copy of kernels/<op>/ with the rewritten target."""
-    folder = tmp_path / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    target = folder / f"{op}_{lang}.py"
-    target.write_text(source)
-    return target
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
 
 
 # --------------------------------------------------------------------------- ahead of time

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 
 import cuda.tile as ct
@@ -22,6 +21,7 @@ import torch
 import playbook
 from playbook import cutile_autotune as ca
 from playbook.analysis import analyze
+from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -570,10 +570,7 @@ def test_every_config_compiles_ahead_of_time_for_hopper_and_blackwell(op, tmp_pa
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TILELOOP_WORKER_TIMEOUT", "1800")  # matmul: 90 compiles in one worker
     monkeypatch.chdir(tmp_path)
-    folder = tmp_path / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    target = folder / f"{op}_cutile.py"
-    target.write_text(tuned_source(op))
+    target = materialise(tmp_path, op, "cutile", tuned_source(op))
     spaces = load(tmp_path, target.read_text(), f"{op}_spaces")._TUNE_SPACES
     rc = main(["compile", str(target), "--arch", "sm_90,sm_100", "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -20,7 +20,6 @@ import importlib.util
 import itertools
 import json
 import re
-import shutil
 import types
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from loop.cli import main
 from playbook.analysis import CUTILE_PRIORITY, analyze
 from playbook.cst_util import Skip
 from playbook.cutile_row_chunks import CHUNKED, rewrite
+from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -429,28 +429,6 @@ def test_the_replay_catches_a_broken_chunked_form(op, broken, tmp_path, monkeypa
 # --------------------------------------------------------------------------- ahead of time (slow)
 
 
-def materialise(tmp_path: Path, op: str, source: str, shapes: list | None = None) -> Path:
-    folder = tmp_path / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if shapes is not None:  # `tileloop compile` compiles the last correctness shape
-        spec = folder / "spec.py"
-        text, n = re.subn(r"^CORRECTNESS_SHAPES = .*$", f"CORRECTNESS_SHAPES = {shapes!r}", spec.read_text(),
-                          count=1, flags=re.M)
-        assert n == 1
-        spec.write_text(text)
-    target = folder / f"{op}_cutile.py"
-    target.write_text(source)
-    return target
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
-
-
 def compile_json(target: Path, capsys, archs: str = "sm_90,sm_100") -> dict:
     rc = main(["compile", str(target), "--arch", archs, "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -461,7 +439,7 @@ def compile_json(target: Path, capsys, archs: str = "sm_90,sm_100") -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("op", ["softmax", "rmsnorm", "layernorm", "row_sum"])
 def test_rewrite_compiles_ahead_of_time_for_hopper_and_blackwell_in_every_dtype(op, tmp_path, env, capsys):
-    out = compile_json(materialise(tmp_path, op, one(_whole(op)).source), capsys)
+    out = compile_json(materialise(tmp_path, op, "cutile", one(_whole(op)).source), capsys)
     assert {(r["arch"], r["dtype"]) for r in out["kernels"]} == {
         (a, d) for a in ("sm_90", "sm_100") for d in SPECS[op].DTYPES}
     assert not any(r["spills"] for r in out["kernels"])
@@ -470,7 +448,7 @@ def test_rewrite_compiles_ahead_of_time_for_hopper_and_blackwell_in_every_dtype(
 @pytest.mark.slow
 def test_chunks_use_fewer_registers_than_the_whole_row_at_16384_columns(tmp_path, env, capsys):
     def registers(source: str, where: str) -> int:
-        target = materialise(tmp_path / where, "row_sum", source, shapes=[(4, 16384)])
+        target = materialise(tmp_path / where, "row_sum", "cutile", source, CORRECTNESS_SHAPES=[(4, 16384)])  # compile compiles the last one
         spec = target.parent / "spec.py"
         spec.write_text(re.sub(r"^DTYPES = .*$", 'DTYPES = ["float32"]', spec.read_text(), count=1, flags=re.M))
         (row,) = compile_json(target, capsys, "sm_90")["kernels"]

@@ -20,7 +20,6 @@ import io
 import itertools
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 import types
@@ -33,6 +32,7 @@ import playbook
 from loop.cli import main
 from playbook import next_candidate
 from playbook.analysis import CUTILE_PRIORITY, analyze
+from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -579,27 +579,6 @@ def test_the_replay_catches_a_mapping_that_is_not_a_bijection(tmp_path, monkeypa
 # --------------------------------------------------------------------------- ahead of time (slow)
 
 
-def materialise(tmp_path: Path, op: str, source: str, dtypes: list[str] | None = None) -> Path:
-    folder = tmp_path / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if dtypes is not None:
-        spec = folder / "spec.py"
-        text, n = re.subn(r"^DTYPES = .*$", f"DTYPES = {dtypes!r}", spec.read_text(), count=1, flags=re.M)
-        assert n == 1
-        spec.write_text(text)
-    target = folder / f"{op}_cutile.py"
-    target.write_text(source)
-    return target
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
-
-
 def compiles(target: Path, capsys) -> None:
     rc = main(["compile", str(target), "--arch", "sm_90,sm_100", "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -626,7 +605,7 @@ AOT_CASES = [  # (case, op, rewrite of the reference source)
 @pytest.mark.slow
 @pytest.mark.parametrize("case,op,rewrite", AOT_CASES, ids=[c[0] for c in AOT_CASES])
 def test_rewrite_compiles_ahead_of_time_for_hopper_and_blackwell(case, op, rewrite, tmp_path, env, capsys):
-    compiles(materialise(tmp_path, op, rewrite(src(op))), capsys)
+    compiles(materialise(tmp_path, op, "cutile", rewrite(src(op))), capsys)
 
 
 def _sass(torch, path: Path, dtype, cap: int = 90) -> list[str]:
@@ -661,8 +640,9 @@ def test_tf32_guard_changes_fp32_code_only(tmp_path, env, capsys):
 
     if aot.cuobjdump() is None:
         pytest.skip("cuobjdump not found")
-    before = materialise(tmp_path / "before", "matmul", src("matmul"), ["float16", "float32"])
-    after = materialise(tmp_path / "after", "matmul", one("cutile-tf32", src("matmul")).source, ["float16", "float32"])
+    before = materialise(tmp_path / "before", "matmul", "cutile", src("matmul"), DTYPES=["float16", "float32"])
+    after = materialise(tmp_path / "after", "matmul", "cutile", one("cutile-tf32", src("matmul")).source,
+                        DTYPES=["float16", "float32"])
     compiles(after, capsys)  # fp16 and fp32, sm_90 and sm_100
     assert _sass(torch, before, torch.float16) == _sass(torch, after, torch.float16)
     fp32_before, fp32_after = _sass(torch, before, torch.float32), _sass(torch, after, torch.float32)

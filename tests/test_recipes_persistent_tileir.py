@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ import playbook
 from playbook.analysis import TRITON_PRIORITY, Analysis, analyze
 from playbook.base import current_keys, next_candidate
 from playbook.persistent import programs_per_sm
+from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -436,10 +436,7 @@ class _Target:
 def load_candidate(tmp_path: Path, op: str, source: str):
     from loop.worker import load_module
 
-    folder = tmp_path / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (folder / f"{op}_triton.py").write_text(source)
-    return load_module(f"tileir_candidate_{op}", folder / f"{op}_triton.py")
+    return load_module(f"tileir_candidate_{op}", materialise(tmp_path, op, "triton", source))
 
 
 def test_stock_triton_has_no_occupancy_config_parameter():
@@ -541,21 +538,10 @@ AOT_CASES = [  # (op, source maker)
 def compile_for(tmp_path: Path, op: str, source: str, capsys) -> dict:
     from loop.cli import main
 
-    folder = tmp_path / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    target = folder / f"{op}_triton.py"
-    target.write_text(source)
+    target = materialise(tmp_path, op, "triton", source)
     rc = main(["compile", str(target), "--arch", "sm_90,sm_100", "--json"])
     out = json.loads(capsys.readouterr().out)
     return {"rc": rc, **out}
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
 
 
 @pytest.mark.slow
@@ -597,10 +583,8 @@ def test_rewrites_pass_their_spec_in_the_interpreter(case, tmp_path, env):
     from loop.settings import Settings
 
     op, make = INTERPRETER_CASES[case]
-    folder = tmp_path / "k" / op
-    shutil.copytree(KERNELS / op, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    target = folder / f"{op}_triton.py"
-    target.write_text(make())
+    target = materialise(tmp_path / "k", op, "triton", make())
+    folder = target.parent
     job = {"spec": str(folder / "spec.py"), "target_dir": str(folder), "device": "cpu", "backend": "interpreter",
            "impls": [{"label": "candidate", "path": str(target)}], "check": ["candidate"], "seed": 13, "bench": False}
     res = run_worker(tmp_path / "w", job, backends.get("interpreter"), Settings(worker_timeout_s=600), tmp_path / "cache")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 import playbook
 from playbook import next_candidate
 from playbook.analysis import TRITON_PRIORITY, analyze
+from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -404,29 +404,13 @@ def test_priority_puts_tma_right_after_autotune_for_dot_kernels():
 # --------------------------------------------------------------------------- slow: interpreter and AOT
 
 
-def materialise(tmp_path: Path, source: str) -> Path:
-    folder = tmp_path / "matmul"
-    shutil.copytree(KERNELS / "matmul", folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    target = folder / "matmul_triton.py"
-    target.write_text(source)
-    return target
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    for name in ("TILELOOP_WORKER_TIMEOUT", "TILELOOP_PYTHON", "TRITON_INTERPRET"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return monkeypatch
-
-
 @pytest.mark.slow
 def test_rewritten_matmul_passes_its_spec_in_the_interpreter(tmp_path, env):
     from loop import backends
     from loop.sandbox import run_worker
     from loop.settings import Settings
 
-    target = materialise(tmp_path / "k", rewrite(MATMUL))
+    target = materialise(tmp_path / "k", "matmul", "triton", rewrite(MATMUL))
     job = {"spec": str(target.parent / "spec.py"), "target_dir": str(target.parent), "device": "cpu",
            "backend": "interpreter", "impls": [{"label": "candidate", "path": str(target)}], "check": ["candidate"],
            "seed": 13, "bench": False}
@@ -482,7 +466,7 @@ def run_script(script: str, *args: str, cwd: Path, timeout: int = 900) -> object
 
 @pytest.mark.slow
 def test_aligned_layouts_run_the_twin_and_the_others_the_pointer_kernel(tmp_path):
-    target = materialise(tmp_path, rewrite(MATMUL))
+    target = materialise(tmp_path, "matmul", "triton", rewrite(MATMUL))
     rows = run_script(DISPATCH, str(target.parent / "spec.py"), str(target), cwd=tmp_path)
     assert [(r["shape"], r["kernel"]) for r in rows] == [
         ([256, 192, 320], "tma"), ([72, 200, 104], "tma"),  # partial tiles on every edge: descriptor bounds
@@ -514,7 +498,7 @@ print("RESULT " + json.dumps(checks))
 @pytest.mark.slow
 def test_every_config_of_the_autotuned_twin_passes_the_spec_in_the_interpreter(tmp_path):
     tuned = cands(MATMUL, "triton-autotune")[0].source
-    target = materialise(tmp_path, rewrite(tuned))
+    target = materialise(tmp_path, "matmul", "triton", rewrite(tuned))
     checks = run_script(PER_CONFIG, str(target.parent / "spec.py"), str(target), cwd=tmp_path)
     assert len(checks) == 24 and len({c["config"] for c in checks}) == 24
     assert all(c["ok"] for c in checks), [c for c in checks if not c["ok"]][:3]
@@ -526,7 +510,7 @@ def test_rewrite_compiles_ahead_of_time_for_hopper_and_blackwell(autotuned, tmp_
     from loop.cli import main
 
     source = cands(MATMUL, "triton-autotune")[0].source if autotuned else MATMUL
-    target = materialise(tmp_path, rewrite(source))
+    target = materialise(tmp_path, "matmul", "triton", rewrite(source))
     rc = main(["compile", str(target), "--arch", "sm_90,sm_100", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["ok"], [k.get("error") for k in out["kernels"] if not k.get("ok")]
@@ -545,7 +529,7 @@ def test_the_twin_uses_tma_instructions_on_hopper_and_blackwell(tmp_path):
 
     if aot.cuobjdump() is None:
         pytest.skip("cuobjdump not found")
-    target = materialise(tmp_path, rewrite(MATMUL))
+    target = materialise(tmp_path, "matmul", "triton", rewrite(MATMUL))
     spec = load_module("tma_spec", target.parent / "spec.py")
     inputs = spec.make_inputs((256, 192, 320), torch.float16, 0, "cpu")
     cubins: list[bytes] = []
