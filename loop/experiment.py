@@ -523,8 +523,9 @@ class Experiment:
         self.state.outcomes.append("crash")
         self.state.verdicts.append("interrupted")
         self.state.crash_causes.append("interrupted")
-        if inflight.get("key"):
-            self.state.tried.append(inflight["key"])
+        key = inflight.get("key")
+        if key:  # a kill says nothing about the candidate: it is tried again once, then counts as tried
+            (self.state.tried if key in self.state.interrupted else self.state.interrupted).append(key)
         record = self._record(n, inflight.get("optimization") or inflight.get("key") or "interrupted change",
                               inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", "FAIL", None, results, None,
                               decision.to_json(), self.stop_state().to_json(),

@@ -49,6 +49,7 @@ class RunState:
     crash_causes: list[str] = field(default_factory=list)
     demoted: list[str] = field(default_factory=list)  # recipe kinds kept at low gain
     tried: list[str] = field(default_factory=list)  # candidate keys already evaluated
+    interrupted: list[str] = field(default_factory=list)  # candidate keys cut off once by a kill (retried once)
     skip_recipes: list[str] = field(default_factory=list)  # recipe ids this run never proposes (--skip-recipe)
     active_s: float = 0.0  # time spent in iterations, summed over sessions
     inflight: dict | None = None

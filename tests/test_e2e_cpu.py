@@ -167,3 +167,8 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
     best = [r for r in recs if r["status"] == "keep"][-1]["commit"]
     assert git(small_repo, "rev-parse", "HEAD").strip() == best
     assert git(small_repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+    # the kill said nothing about the candidate: the loop tries it again, once
+    again = run_json(capsys, ["resume", "--max-iters", "4"])["records"]
+    assert len(again) == 5 and again[4]["status"] != "crash"
+    assert again[4]["optimization"] + " (interrupted)" == recs[3]["optimization"]
