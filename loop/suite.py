@@ -338,6 +338,56 @@ def _f(x, fmt="{:.6f}") -> str:
     return fmt.format(x) if isinstance(x, (int, float)) else ""
 
 
+# The reference suite's targets: memory-bound ops at >= 0.90 of same-run clone bandwidth at the
+# largest benchmark shape; bf16 matmul at 4096^3 against torch.matmul (Triton 0.90, cuTile 0.80);
+# every op at least torch.compile's speed at each benchmark shape.
+CLONE_TARGET = 0.90
+MATMUL_TARGET = {"triton": 0.90, "cutile": 0.80}
+MATMUL_TARGET_SHAPE = "4096x4096x4096"
+COMPUTE_BOUND_FLOP_PER_BYTE = 50.0  # above this, a fraction of copy bandwidth says nothing about the kernel
+
+
+def _compute_bound(e: dict) -> bool:
+    shape = e.get("largest_shape") or {}
+    return bool(shape.get("bytes")) and shape.get("flops", 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
+
+
+def _ratio(row: dict, ref: str) -> float:
+    return float(row[ref]) / float(row["best (ms)"])
+
+
+def target_rows(entries: list[dict]) -> list[dict]:
+    """Each entry against the suite's targets: measured value, target, met or not. The value is the
+    entry's final measurement (`tileloop report --measure`); for the clone-bandwidth target the
+    loop's own measurement of the same version is shown too, and both must clear it."""
+    rows = []
+    for e in sorted(entries, key=lambda e: (e["op"], e["language"])):
+        final, fl, impl = e.get("final") or [], e.get("final_largest") or {}, f"{e['op']} {e['language']}"
+
+        def row(what, value, target, loop_value=None):
+            # met only when every measurement of the version clears the target (the final one and,
+            # where there is one, the loop's own: a kernel tuned at run time may pick differently)
+            values = [v for v in (value, loop_value) if v is not None]
+            met = "not measured" if value is None else ("met" if min(values) >= target else "not met")
+            rows.append({"op / impl": impl, "target": what, "measured": "" if value is None else f"{value:.2f}",
+                         "loop's measurement": "" if loop_value is None else f"{loop_value:.2f}",
+                         "needed": f">= {target:.2f}", "result": met})
+
+        if e["op"] == "matmul":
+            at = next((r for r in final if r.get("shape") == MATMUL_TARGET_SHAPE and r.get("dtype") == "bfloat16"), None)
+            row(f"bf16 {MATMUL_TARGET_SHAPE}: torch.matmul time / ours",
+                _ratio(at, "torch eager (ms)") if at else None, MATMUL_TARGET.get(e["language"], 0.8))
+        elif not _compute_bound(e):
+            frac = fl.get("best, fraction of clone bandwidth")
+            row(f"largest shape ({fl.get('shape', '?')} {fl.get('dtype', '')}): fraction of clone bandwidth",
+                float(frac) if frac not in (None, "", "n/a") else None, CLONE_TARGET,
+                (e.get("largest_best") or {}).get("frac_clone_bw"))
+        worst = min(final, key=lambda r: _ratio(r, "torch.compile (ms)"), default=None)
+        row("torch.compile time / ours, worst shape" + (f" ({worst['shape']} {worst['dtype']})" if worst else ""),
+            _ratio(worst, "torch.compile (ms)") if worst else None, 1.0)
+    return rows
+
+
 def summarize(entries: list[dict], title: str) -> str:
     failed = [e for e in entries if "error" in e]
     entries = sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"]))
@@ -356,6 +406,8 @@ def summarize(entries: list[dict], title: str) -> str:
         shape = e.get("largest_shape") or {}
         if e["op"] == "matmul" and fl:
             frac = f"{float(fl['torch eager (ms)']) / float(fl['best (ms)']):.2f} of torch.matmul"
+        elif _compute_bound(e):
+            frac = "n/a (compute-bound)"
         else:
             frac = fl.get("best, fraction of clone bandwidth") or _f((e.get("largest_best") or {}).get("frac_clone_bw"), "{:.2f}")
         vs_compile = [float(r["torch.compile (ms)"]) / float(r["best (ms)"]) for r in e.get("final") or []]
@@ -374,7 +426,14 @@ def summarize(entries: list[dict], title: str) -> str:
         })
     lines += [markdown_table(rows), ""]
     lines += [f"- not measured: {e.get('target') or e['run']}: {e['error']}" for e in failed]
-    lines += ["", "## Recipes kept", ""]
+    lines += ["", "## Targets", "",
+              f"Memory-bound ops: >= {CLONE_TARGET:.2f} of the same-run clone bandwidth at the largest benchmark shape. "
+              f"bf16 matmul {MATMUL_TARGET_SHAPE}: >= {MATMUL_TARGET['triton']:.2f} (Triton) / "
+              f"{MATMUL_TARGET['cutile']:.2f} (cuTile) of torch.matmul's speed. Every op: at least torch.compile's "
+              "speed at every benchmark shape. 'measured': the final measurement (`tileloop report --measure`); "
+              "'loop's measurement': the run's own timing of the same version (a target counts as met only when both "
+              "clear it).", "", markdown_table(target_rows(entries)) if entries else "", ""]
+    lines += ["## Recipes kept", ""]
     for e in entries:
         lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
     tileir = next((e["availability"]["tileir"] for e in entries if "tileir" in e.get("availability", {})), None)

@@ -33,25 +33,23 @@ TRITON_PRIORITY = {
     "dot": ["autotune", "tileir-configs", "tma", "grouped-ordering", "persistent", "num_stages", "block", "num_warps",
             "exp2", "sigmoid", "eviction"],
 }
-# cuTile (TileGym perf-knobs order): occupancy first (the compiler's default leaves most SMs
-# idle on one-row-per-block kernels), then tile sizes, then store path, latency hints and
-# approximate math. For MMA kernels 2-CTA clusters come last: they pay on Blackwell only, and on
-# an H200 the reference matmul and attention ran 2-28x slower with num_ctas=2. The autotune space
-# (cutile-autotune: tiles x occupancy, x num_ctas on Blackwell) goes before the single steps on
-# the knobs it owns (TileGym: autotune before tile and store moves; do not hand-set occupancy).
-# Structural moves (cutile_tma, cutile_schedule, cutile_grouped, cutile_tf32): memory-bound,
-# gather-to-TMA and persistent scheduling right after the autotune space and occupancy (the
-# perf-knobs catalog lists them first, but a persistent grid of one block per SM, tried before
-# occupancy is raised, leaves most of each SM idle, as the default occupancy of the reference
-# row kernels did, and with the early-stop rules two misses end a run before the occupancy win
-# is tried); compute-bound, TF32 first (a
-# second thought, tier 1: the recipe cannot see whether the spec has fp32 at all), grouped
-# ordering and persistent scheduling after the tile space.
-# Row chunks first: a whole-row tile holds the row in registers, which caps residency whatever
-# occupancy is asked for (at 16384 columns for sm_90 the whole-row softmax, rmsnorm and layernorm
-# compile to 160-255 registers per thread, their chunked versions to 39-136; Nsight Compute on an
-# H200 found the occupancy-tuned whole-row softmax held to 2 blocks per SM by registers).
-_CUTILE_MEMORY = ["row-chunks", "autotune", "occupancy", "tma", "persistent", "block", "store-tma", "latency",
+# cuTile, compute-bound (MMA): TF32 first (tier 1: the recipe cannot see whether the spec has
+# fp32 at all), the autotune space (cutile-autotune: tiles x occupancy, x num_ctas on Blackwell)
+# before the single steps on the knobs it owns (TileGym: autotune before tile and store moves; do
+# not hand-set occupancy), grouped ordering and persistent scheduling after the tile space, 2-CTA
+# clusters last: they pay on Blackwell only, and on an H200 the reference matmul and attention ran
+# 2-28x slower with num_ctas=2.
+# cuTile, memory-bound: the order the complete default runs on an H200 support (suite of
+# 2026-11-22, docs/results/suite-default-H200-2026-11-22.md). The autotune space won 2.4-6.4x on
+# every row kernel. The store path (allow_tma=False) won 3-17% on softmax, rmsnorm and layernorm
+# (within noise on silu_mul; 5% slower at one shape of row_sum). The whole-row loop cut into
+# 1024-column chunks at default occupancy lost 25-54% (softmax, rmsnorm, layernorm). A persistent
+# grid of one block per SM lost on all five kernels it was tried on (0.25-0.81x, or 7% at one
+# shape of row_sum). Latency hints on the loads were within noise. So: the autotune space, the
+# store path, single tile steps (where the space is reverted for one slow shape they are the moves
+# left on the knob it found; an occupancy step alone measured 1.0000x on vector_add), occupancy,
+# gather-to-TMA, latency, and the chunked row loop and the persistent grid last.
+_CUTILE_MEMORY = ["autotune", "store-tma", "block", "occupancy", "tma", "latency", "row-chunks", "persistent",
                   "approx", "ftz"]
 CUTILE_PRIORITY = {
     "element-wise": _CUTILE_MEMORY,

@@ -281,12 +281,12 @@ def test_next_candidate_puts_demoted_kinds_last(known_recipes):
     assert next_candidate(source, a, tried=tried, demoted=["block"]).key == "launch-param:BLOCK=256"
 
 
-def test_next_candidate_cutile_starts_with_occupancy(known_recipes):
+def test_next_candidate_cutile_tries_the_tile_step_before_occupancy(known_recipes):
     source = VECTOR_ADD_CUTILE.read_text()
     a = analyze(source)
-    assert next_candidate(source, a, tried=[], demoted=[]).kind == "occupancy"
-    assert next_candidate(source, a, tried=[], demoted=["occupancy"]).key == "cutile-hint:TILE=256"
-    assert next_candidate(source, a, tried=["cutile-hint:add_kernel.occupancy=2"], demoted=[]).key == "cutile-hint:TILE=256"
+    assert next_candidate(source, a, tried=[], demoted=[]).key == "cutile-hint:TILE=256"
+    assert next_candidate(source, a, tried=[], demoted=["block"]).kind == "occupancy"
+    assert next_candidate(source, a, tried=["cutile-hint:TILE=256"], demoted=[]).key == "cutile-hint:add_kernel.occupancy=2"
 
 
 def test_next_candidate_only_uses_recipes_of_the_language(known_recipes):

@@ -525,7 +525,7 @@ def test_cutile_hint_leaves_the_knobs_of_the_space_alone():
 def test_autotune_comes_before_the_single_steps_it_subsumes():
     for op in CUTILE_OPS:
         order = analyze(src(op)).priority()
-        assert order.index("autotune") < order.index("occupancy") < order.index("block"), op
+        assert order.index("autotune") < min(order.index("occupancy"), order.index("block")), op
 
 
 def test_next_candidate_tries_the_autotune_first_then_nothing_on_its_knobs(monkeypatch):

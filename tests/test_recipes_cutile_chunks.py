@@ -86,7 +86,7 @@ def run(x, out):
 # --------------------------------------------------------------------------- registry, page, priority
 
 
-def test_registered_with_a_page_and_first_in_the_cutile_memory_bound_order():
+def test_registered_with_a_page_and_late_in_the_cutile_memory_bound_order():
     recipe = playbook.get(RID)
     assert recipe.languages == ("cutile",)
     text = (REPO_ROOT / "playbook" / "pages" / f"{RID}.md").read_text()
@@ -95,11 +95,14 @@ def test_registered_with_a_page_and_first_in_the_cutile_memory_bound_order():
         assert section in text, section
     for cls in ("element-wise", "norm-like", "reduction"):
         order = CUTILE_PRIORITY[cls]
-        assert order[0] == "row-chunks" and order.index("row-chunks") < order.index("autotune"), cls
+        # measured on an H200: the 1024-column chunk loop at default occupancy lost 25-54%, so it comes
+        # after the autotune space, the store path, the tile steps and occupancy
+        assert order[0] == "autotune" and order.index("row-chunks") > order.index("occupancy"), cls
     assert "row-chunks" not in CUTILE_PRIORITY["dot"]
     c = one(src("softmax"))
-    assert c.source != src("softmax")  # the recipe's own candidate is what next_candidate offers first
-    assert playbook.next_candidate(src("softmax"), analyze(src("softmax")), [], []).key == c.key
+    assert c.source != src("softmax")
+    first = playbook.next_candidate(src("softmax"), analyze(src("softmax")), [], [])
+    assert first.kind == "autotune" and first.key != c.key  # the autotune space is offered first now
 
 
 def test_applies_to_the_whole_row_reference_kernels_only():

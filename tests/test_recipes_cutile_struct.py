@@ -83,8 +83,10 @@ def test_registered_with_pages_and_kinds_in_the_cutile_priority_tables():
         for section in ("## What it changes", "## When", "## Expected effect", "## Hazards", "## Before / after"):
             assert section in text, (rid, section)
     memory, dot = CUTILE_PRIORITY["norm-like"], CUTILE_PRIORITY["dot"]
-    # memory-bound: the autotune space and occupancy first, then gather-to-TMA and persistent scheduling
-    assert memory.index("autotune") < memory.index("occupancy") < memory.index("tma") < memory.index("persistent")
+    # memory-bound: the autotune space first, then the store path and tile steps, occupancy, gather-to-TMA;
+    # a persistent grid (measured 0.25-0.81x on the H200 row kernels) near the end
+    assert memory[:4] == ["autotune", "store-tma", "block", "occupancy"]
+    assert memory.index("occupancy") < memory.index("tma") < memory.index("persistent")
     assert dot[0] == "tf32"  # perf-knobs, compute-bound: TF32 first (within its tier)
     assert dot.index("block") < dot.index("grouped-ordering") < dot.index("persistent")
 

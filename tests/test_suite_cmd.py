@@ -191,3 +191,36 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     assert any(r.optimization.endswith("(interrupted)") for r in recs[2:])  # the in-flight one, recorded once
     assert git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == start
     assert git(kernel_repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def _entry(op, lang, final, largest_shape, frac_loop=None):
+    return {"op": op, "language": lang, "final": final, "final_largest": max(final, key=lambda r: float(r["best (ms)"])),
+            "largest_shape": largest_shape, "largest_best": {"frac_clone_bw": frac_loop} if frac_loop is not None else {}}
+
+
+def test_targets_are_met_only_when_every_measurement_clears_them():
+    from loop.suite import target_rows
+
+    mm = _entry("matmul", "triton", [
+        {"shape": "4096x4096x4096", "dtype": "bfloat16", "best (ms)": "0.221600", "torch eager (ms)": "0.198596",
+         "torch.compile (ms)": "0.198628"}], {"flops": 1.1e12, "bytes": 1e8})
+    rows = {r["target"]: r for r in target_rows([mm])}
+    assert rows["bf16 4096x4096x4096: torch.matmul time / ours"]["result"] == "not met"  # 0.896, shown as 0.90
+    # a memory-bound op whose final measurement clears the target but whose loop timing does not
+    rs = _entry("row_sum", "cutile", [
+        {"shape": "32768x8192", "dtype": "float16", "best (ms)": "0.140920", "torch eager (ms)": "0.191448",
+         "torch.compile (ms)": "0.191560", "best, fraction of clone bandwidth": "0.90"}],
+        {"flops": 2.7e8, "bytes": 5.4e8}, frac_loop=0.78)
+    (clone, vs_compile) = target_rows([rs])
+    assert (clone["measured"], clone["loop's measurement"], clone["result"]) == ("0.90", "0.78", "not met")
+    assert vs_compile["result"] == "met"
+    rs["largest_best"]["frac_clone_bw"] = 0.93
+    assert target_rows([rs])[0]["result"] == "met"
+    # compute-bound (attention): no clone-bandwidth target, only torch.compile
+    att = _entry("attention", "triton", [
+        {"shape": "4x32x4096x64x1", "dtype": "bfloat16", "best (ms)": "1.0", "torch eager (ms)": "0.7",
+         "torch.compile (ms)": "0.7"}], {"flops": 1.4e11, "bytes": 1.3e8})
+    assert [r["result"] for r in target_rows([att])] == ["not met"]
+    # no final measurement: not measured, never met
+    none = dict(rs, final=[], final_largest={})
+    assert {r["result"] for r in target_rows([none])} == {"not measured"}
