@@ -21,7 +21,8 @@ from loop.settings import Settings
 from loop.stats import geomean
 from loop.worker import seed_for
 
-SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "peak_mem_mb", "gbps", "tflops", "frac_clone_bw")
+SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "peak_mem_mb", "gbps", "tflops", "frac_clone_bw",
+                "tuned")  # tuned: the configs a run-time tuner picked for this shape in the timing process
 
 
 class HarnessFailure(Exception):

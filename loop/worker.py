@@ -599,6 +599,27 @@ def _check_tamper(torch, watch: dict, stage: str):
         raise ImplFailure("incorrect", "candidate", f"timer tampering detected after {stage}: {', '.join(changed)} replaced")
 
 
+def tuned_configs(module) -> dict[str, str]:
+    """The configs a kernel tuned at run time has picked so far, by input key: the cutile-autotune
+    convention (module-level `_TUNED`: key -> (config, kernel)) and Triton autotuners (`cache`:
+    key -> Config). A pick made in the timing process is what was timed; another process may pick
+    differently, and this makes it visible. Never raises: a record, not a check."""
+    picks: dict[str, str] = {}
+    try:
+        tuned = getattr(module, "_TUNED", None)
+        if isinstance(tuned, dict):
+            for key, value in list(tuned.items()):
+                picks[repr(key)[:300]] = repr(value[0] if isinstance(value, tuple) and value else value)[:300]
+        for name, obj in list(vars(module).items()):
+            cache = getattr(obj, "cache", None)
+            if isinstance(cache, dict) and isinstance(getattr(obj, "configs", None), list):
+                for key, cfg in list(cache.items()):
+                    picks[f"{name}{repr(key)}"[:300]] = str(cfg)[:300]
+    except Exception:  # noqa: BLE001 - an odd module attribute must not fail a measurement
+        pass
+    return picks
+
+
 def bench_all(torch, harness: Harness, modules: dict, job: dict, dtypes: list[str]) -> dict:
     from loop import timing
 
@@ -646,6 +667,7 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
         return fn
 
     guarded = {lab: guard(lab) for lab in labels}
+    tuned_before = {lab: tuned_configs(modules[lab]) for lab in labels}  # picks made for this shape come after
     peak = {}
     if device == "cuda":
         for lab in labels:
@@ -694,6 +716,9 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
         impls[lab] = {**st.to_json(), "samples_ms": res.samples_ms[lab], "peak_mem_mb": peak.get(lab),
                       "gbps": nbytes / secs / 1e9 if secs > 0 else None,
                       "tflops": flops / secs / 1e12 if secs > 0 else None}
+        picked = {k: v for k, v in tuned_configs(modules[lab]).items() if k not in tuned_before[lab]}
+        if picked:
+            impls[lab]["tuned"] = picked
     entry = {"shape": list(shape), "dtype": dtype, "method": res.method, "calls_per_sample": res.calls_per_sample,
              "notes": notes + res.notes, "impls": impls, "recheck": recheck, "flops": flops, "bytes": nbytes}
     if device == "cuda" and job.get("clone_bandwidth", True):  # off where only the comparison counts (decision-check)
