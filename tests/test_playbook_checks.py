@@ -121,8 +121,10 @@ print("RESULT " + json.dumps({"configs": len(configs), "checks": checks}))
 '''
 
 
-@pytest.mark.parametrize("op,shapes", [("vector_add", None), ("matmul", [[17, 33, 65], [129, 65, 257]])],
-                         ids=["vector_add", "matmul"])
+@pytest.mark.parametrize("op,shapes", [("vector_add", None), ("matmul", [[17, 33, 65], [129, 65, 257]]),
+                                      # ragged seq, causal and not: the 128-row tiles see partial blocks
+                                      ("attention", [[1, 2, 77, 64, 1], [1, 1, 129, 64, 0]])],
+                         ids=["vector_add", "matmul", "attention"])
 def test_every_autotune_config_passes_the_spec_in_the_interpreter(op, shapes, tmp_path):
     cand = candidate("triton-autotune", op, "triton")
     target = materialise(tmp_path, op, "triton", cand.source)
