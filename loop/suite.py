@@ -405,12 +405,12 @@ def summarize(entries: list[dict], title: str) -> str:
         fl = e.get("final_largest") or {}
         shape = e.get("largest_shape") or {}
         if e["op"] == "matmul" and fl:
-            frac = f"{float(fl['torch eager (ms)']) / float(fl['best (ms)']):.2f} of torch.matmul"
+            frac = f"{_ratio(fl, 'torch eager (ms)'):.2f} of torch.matmul"
         elif _compute_bound(e):
             frac = "n/a (compute-bound)"
         else:
             frac = fl.get("best, fraction of clone bandwidth") or _f((e.get("largest_best") or {}).get("frac_clone_bw"), "{:.2f}")
-        vs_compile = [float(r["torch.compile (ms)"]) / float(r["best (ms)"]) for r in e.get("final") or []]
+        vs_compile = [_ratio(r, "torch.compile (ms)") for r in e.get("final") or []]
         rows.append({
             "op": e["op"], "impl": f"{e['language']}/{e['target_backend']}",
             "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "speedup": _f(e["speedup"], "{:.2f}x"),
