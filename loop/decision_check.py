@@ -80,29 +80,43 @@ def plant_fraction(text: str) -> float:
 
 
 def trial_rows(event: dict, policy: decide.Policy) -> list[dict]:
-    """The loop's decision for one trial: per shape, and over all shapes when there are several."""
-    shapes = event["timing"]["shapes"]
+    """The loop's decision for one trial: per shape, and over all shapes when there are several.
+
+    As in an iteration, a `remeasure` (a speedup over `policy.suspicious`) is not the end: the
+    worker measured the trial again (`remeasure` in the event) and that second measurement is
+    decided with `remeasured=True`, the loop's own second look."""
     base = {"trial": event["trial"], "scenario": event["scenario"]}
+    rows = _decided(event["timing"], base, policy, remeasured=False)
+    if event.get("remeasure"):
+        again = _decided(event["remeasure"], base, policy, remeasured=True)
+        rows = [second if first["action"] == "remeasure" else first for first, second in zip(rows, again)]
+    return rows
+
+
+def _decided(timing: dict, base: dict, policy: decide.Policy, remeasured: bool) -> list[dict]:
+    shapes = timing["shapes"]
     keys = [s["shape"] for s in shapes] + (["all"] if len(shapes) > 1 else [])
     wrong = [(s["shape"], lab, rc) for s in shapes for lab, rc in s["recheck"].items() if not rc["ok"]]
     if wrong:  # the worker of an iteration reports this as `incorrect`; so does this check
         shape, lab, rc = wrong[0]
         d = decide.decide(policy, failure="incorrect",
                           failure_message=f"{lab}: output written by the timed run is wrong at {shape}: {rc.get('reason')}")
-        return [{**base, "shape": k, **_decision_fields(d)} for k in keys]
+        return [{**base, "shape": k, **_decision_fields(d, remeasured)} for k in keys]
     from loop.evaluate import comparisons
 
-    comps = comparisons({"timing": event["timing"]}, policy)
-    rows = [{**base, "shape": list(c.shape), "method": s["method"], **_decision_fields(decide.decide(policy, shapes=[c]))}
+    comps = comparisons({"timing": timing}, policy)
+    rows = [{**base, "shape": list(c.shape), "method": s["method"],
+             **_decision_fields(decide.decide(policy, shapes=[c], remeasured=remeasured), remeasured)}
             for c, s in zip(comps, shapes)]
     if len(comps) > 1:
-        rows.append({**base, "shape": "all", **_decision_fields(decide.decide(policy, shapes=comps))})
+        rows.append({**base, "shape": "all",
+                     **_decision_fields(decide.decide(policy, shapes=comps, remeasured=remeasured), remeasured)})
     return rows
 
 
-def _decision_fields(d: decide.Decision) -> dict:
+def _decision_fields(d: decide.Decision, remeasured: bool) -> dict:
     return {"action": d.action, "verdict": d.verdict, "speedup": d.speedup, "lo": d.lo, "hi": d.hi,
-            "ratio": 1.0 / d.speedup if d.speedup else None}
+            "ratio": 1.0 / d.speedup if d.speedup else None, "remeasured": remeasured}
 
 
 def metric(scenario: str, policy: decide.Policy) -> tuple[str, str, Callable[[dict], bool]]:
@@ -255,8 +269,11 @@ class _Follow(threading.Thread):
 
 def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[str] | None, shapes: list | None,
         device: str, target_backend: str | None, dtype: str | None, seed: int, settings, workdir: Path,
-        timeout_s: float | None = None, log: Callable[[str], None] | None = None) -> dict:
-    """Run the check in one worker and return the result (the `--json` payload less schema/command)."""
+        timeout_s: float | None = None, log: Callable[[str], None] | None = None,
+        policy: decide.Policy | None = None) -> dict:
+    """Run the check in one worker and return the result (the `--json` payload less schema/command).
+
+    `policy` is the loop's default Policy unless given (tests pass a lower `suspicious`)."""
     from loop import backends as backend_registry
     from loop import gitops
     from loop.contract import load_kernel
@@ -267,6 +284,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     from loop.sandbox import run_worker
 
     log = log or plain_log
+    policy = policy or decide.Policy()
     if scenarios is None:
         scenarios = SCENARIOS if plant else ("aa",)
     if plant is None and any(s != "aa" for s in scenarios):
@@ -302,10 +320,10 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
            "backend": backend, "impls": impls, "seed": seed, "trials": trials, "scenarios": list(scenarios),
            "plant": plant, "shapes": [list(s) for s in shapes] if shapes else None, "dtype": dtype,
            "timing": CPU_TIMING if device == "cpu" else {}, "verify_rounds": VERIFY_ROUNDS[device],
-           "events": str(events_path)}
-    units = trials * len(scenarios) * max(2, len(shapes or ())) + (2 * (MAX_PROBES + VERIFY_ROUNDS[device]) if plant else 0)
+           "events": str(events_path), "suspicious": policy.suspicious}
+    # a trial is one measurement per shape, two where a speedup over `policy.suspicious` is measured again
+    units = trials * (len(scenarios) + ("speedup" in scenarios)) * max(2, len(shapes or ())) + (2 * (MAX_PROBES + VERIFY_ROUNDS[device]) if plant else 0)
     timeout = timeout_s or settings.worker_timeout_s + units * UNIT_S[device]
-    policy = decide.Policy()
     view = ProgressView(f"decision-check {kernel.op}", trials, log)
     follow = _Follow(events_path, lambda ev: _report_event(view, ev, trials, policy))
     log(f"decision-check: {trials} trial(s) x {', '.join(scenarios)} on {kernel.target} ({backend}); "

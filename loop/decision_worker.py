@@ -8,7 +8,9 @@ timeout, own TRITON_CACHE_DIR); like `loop.worker`, the only place kernel code i
    sized by measurement (`next_size`) to add `plant` of the kernel's time, then measures the
    planted ratio again in `verify_rounds` separate rounds,
 3. repeats, per trial and scenario (order rotated per trial), one measurement per shape through
-   `loop.worker.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), and
+   `loop.worker.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), plus a
+   second one with new inputs where a shape's median speedup is over `Policy.suspicious`, as an
+   iteration measures such a candidate again before deciding, and
 4. appends one JSON line per event to the job's events file (start, calibration, trial), so
    the orchestrator can follow the run; the result file says how it ended.
 
@@ -129,6 +131,19 @@ def _measure(torch, harness, pair: dict, job: dict, seed: int, shape: tuple, dty
             "calls_per_sample": entry["calls_per_sample"], "notes": entry["notes"],
             "impls": {lab: {"samples_ms": v["samples_ms"], "median_ms": v["median_ms"]} for lab, v in entry["impls"].items()},
             "recheck": {lab: {k: v for k, v in rc.items() if k in ("ok", "reason")} for lab, rc in entry["recheck"].items()}}
+
+
+def _suspicious(entries: Sequence[dict], limit: float) -> bool:
+    """Whether the loop would measure this trial again: a speedup over `limit` at any shape
+    (what makes `decide.decide` answer `remeasure`). Only the trigger; the orchestrator decides."""
+    for e in entries:
+        if not all(rc["ok"] for rc in e["recheck"].values()):
+            return False  # decided as incorrect, never measured again
+        c = decide.compare_shape(e["shape"], e["impls"]["incumbent"]["samples_ms"],
+                                 e["impls"]["candidate"]["samples_ms"], decide.Policy())
+        if c.speedup > limit:
+            return True
+    return False
 
 
 def _planted_ratio(entry: dict, policy: decide.Policy = decide.Policy()) -> decide.ShapeComparison:
@@ -264,16 +279,22 @@ def worker_job(job: dict) -> dict:
     for t in range(job["trials"]):
         k = t % len(scenarios)  # rotate the order, so no scenario always runs first after a pause
         for scenario in scenarios[k:] + scenarios[:k]:
-            entries = []
+            entries, pairs = [], []
             for shape in shapes:
                 inc, cand = modules["incumbent"], modules["candidate"]
                 if scenario == "slowdown":
                     cand = plants[shape].wrap(cand)
                 elif scenario == "speedup":
                     inc = plants[shape].wrap(inc)
-                entries.append(_measure(torch, harness, {"incumbent": inc, "candidate": cand}, job,
+                pairs.append({"incumbent": inc, "candidate": cand})
+                entries.append(_measure(torch, harness, pairs[-1], job,
                                         w.seed_for(job["seed"], "trial", t, scenario), shape, dtype, plan))
-            events.write(event="trial", trial=t, scenario=scenario, timing={"shapes": entries})
+            again = None
+            if _suspicious(entries, job.get("suspicious", decide.Policy().suspicious)):
+                again = [_measure(torch, harness, pairs[i], job, w.seed_for(job["seed"], "remeasure", t, scenario),
+                                  shape, dtype, plan) for i, shape in enumerate(shapes)]
+            events.write(event="trial", trial=t, scenario=scenario, timing={"shapes": entries},
+                         remeasure={"shapes": again} if again else None)
     w._check_tamper(torch, tamper_watch, "timing")
     return {"status": "ok", "dtype": dtype, "shapes": [list(s) for s in shapes], "trials_done": job["trials"],
             "proof": w.backend_proof(modules, job["backend"])}

@@ -101,6 +101,36 @@ def test_trial_rows_one_shape_has_no_joint_row_and_a_speedup_is_kept():
     assert (rows[0]["action"], rows[0]["verdict"]) == ("keep", "low_gain")
 
 
+def test_a_suspicious_speedup_is_decided_by_its_second_measurement_like_the_loop():
+    rng = random.Random(4)
+    first = {"shapes": [timing_entry((8,), *samples(rng, 1 / 3.5)), timing_entry((16,), *samples(rng, 1 / 2.0))]}
+    event = {"trial": 1, "scenario": "speedup", "timing": first}
+    alone = trial_rows(event, POLICY)  # no second measurement recorded: the decision is what it is
+    assert [r["action"] for r in alone] == ["remeasure", "keep", "remeasure"] and not any(r["remeasured"] for r in alone)
+    again = {"shapes": [timing_entry((8,), *samples(rng, 1 / 2.2)), timing_entry((16,), *samples(rng, 1 / 2.1))]}
+    rows = trial_rows({**event, "remeasure": again}, POLICY)
+    by_shape = {json.dumps(r["shape"]): r for r in rows}
+    # the shapes the loop would have measured again are decided on the second measurement
+    assert by_shape["[8]"]["remeasured"] and by_shape["[8]"]["ratio"] == pytest.approx(1 / 2.2, rel=0.01)
+    assert by_shape['"all"']["remeasured"] and by_shape['"all"']["action"] == "keep"
+    # a decision that was final the first time stays the first measurement's
+    assert not by_shape["[16]"]["remeasured"] and by_shape["[16]"]["ratio"] == pytest.approx(1 / 2.0, rel=0.01)
+    assert {r["action"] for r in rows} == {"keep"}
+
+
+def test_the_worker_measures_again_exactly_when_the_loop_would():
+    from loop.decision_worker import _suspicious
+
+    rng = random.Random(5)
+    assert _suspicious([timing_entry((8,), *samples(rng, 1.0)), timing_entry((16,), *samples(rng, 1 / 3.4))], 3.0)
+    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 2.8))], 3.0)
+    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 3.4), ok=False)], 3.0)  # incorrect: decided as such
+    for factor in (1 / 3.4, 1 / 2.8, 1.0):  # the trigger agrees with decide() on a single shape
+        entry = timing_entry((8,), *samples(rng, factor))
+        (r,) = trial_rows({"trial": 0, "scenario": "speedup", "timing": {"shapes": [entry]}}, POLICY)
+        assert (r["action"] == "remeasure") == _suspicious([entry], POLICY.suspicious)
+
+
 def test_wrong_output_of_a_timed_run_reverts_every_row_as_incorrect():
     rng = random.Random(3)
     bad = timing_entry((8,), *samples(rng, 0.5), ok=False)
@@ -244,7 +274,9 @@ def test_cpu_planted_doubling_is_measured_and_detected_both_ways(cpu_check):
     # a shared CPU can make one trial's interval very wide (then it is reverted within_noise), but a
     # doubling is far outside the noise of most trials; a plant that did nothing would score 0 here
     assert slow["hits"] >= 2 and set(slow["decisions"]) <= {"revert/regression", "revert/within_noise"}
+    # a speedup measured over 3x is measured again, as an iteration does: no trial ends on `remeasure`
     assert fast["hits"] >= 2 and set(fast["decisions"]) <= {"keep/improved", "revert/within_noise"}
+    assert "remeasure" not in {r["action"] for r in payload["per_trial"]}
     assert slow["measured_ratio_median"] > 1.3 and fast["measured_ratio_median"] < 1 / 1.3
     assert slow["true_ratio"] == cal["ratio"] and fast["true_ratio"] == pytest.approx(1 / cal["ratio"])
 
@@ -257,3 +289,26 @@ def test_every_json_field_is_documented(cpu_check):
     missing = [k for k in list(payload) + list(payload["summary"][0]) + list(payload["calibration"][0])
                if k not in documented and k not in ("schema", "command")]
     assert not missing, missing
+
+
+@pytest.mark.slow
+def test_cpu_speedups_over_the_suspicious_limit_are_measured_again_and_decided_on_that(tmp_path):
+    """With the limit lowered under the planted doubling, every speedup trial takes the loop's second look."""
+    from loop import decision_check, settings as settings_mod
+
+    shutil.copytree(KERNELS / "vector_add", tmp_path / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
+    policy = decide.Policy(suspicious=1.2)
+    result = decision_check.run(str(tmp_path / "vector_add" / "vector_add_triton.py"), trials=2, plant=1.0,
+                                scenarios=("speedup",), shapes=[(256,)], device="cpu", target_backend=None, dtype=None,
+                                seed=7, settings=settings_mod.load(), workdir=tmp_path / "work", log=lambda _m: None,
+                                policy=policy)
+    assert result["complete"] and result["policy"]["suspicious"] == 1.2
+    events = [ev for ev in read_events(tmp_path / "work" / "decision-check.events.jsonl") if ev.get("event") == "trial"]
+    assert len(events) == 2 and all(ev["remeasure"] and len(ev["remeasure"]["shapes"]) == 1 for ev in events)
+    # the second measurement is its own (fresh inputs, new samples), and it is the one decided
+    for ev in events:
+        first, again = ev["timing"]["shapes"][0], ev["remeasure"]["shapes"][0]
+        assert first["impls"]["candidate"]["samples_ms"] != again["impls"]["candidate"]["samples_ms"]
+    rows = result["per_trial"]
+    assert len(rows) == 2 and all(r["remeasured"] for r in rows)
+    assert "remeasure" not in {r["action"] for r in rows}
