@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--resume", action="store_true",
                     help="run: continue a suite that was stopped: a target whose run exists goes on with tileloop resume "
                          "(on the GPU whose worktree holds it), a finished one is reported again, the others start")
+    sp.add_argument("--restart", action="append", metavar="TARGET", default=[],
+                    help="run, with --resume: forget this target's run (branch, records, entry) so it starts anew, "
+                         "e.g. after its playbook changed; repeatable")
     sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
     sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
     common(sp, run_opt=False)
@@ -569,7 +572,7 @@ def cmd_suite(args, settings) -> int:
         extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
         log = (lambda m: print(m, file=sys.stderr)) if args.json else print
         entries = suite.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus,
-                                  resume=args.resume)
+                                  resume=args.resume, restart=args.restart)
         _emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
     entries = suite.load_entries([Path(p) for p in args.paths])

@@ -8,7 +8,9 @@ an optional wall-clock limit; a run cut off by it is repaired (`resume --no-cont
 record stays consistent, and its entry says that it was cut off. `suite run --resume` continues a
 suite that was stopped (killed, or a machine taken back): each target whose run exists goes on
 with `tileloop resume` in the worktree that holds it, a finished run is only reported again, and
-the other targets start as usual.
+the other targets start as usual. `--restart TARGET` (with `--resume`) forgets a target's run first
+(its branch, its records in whichever tree holds them, its entry), so it starts anew: for a target
+whose recipes or playbook changed since its run.
 
 `suite summarize` turns entries (from one or several `suite run` calls) into one markdown file:
 per op and implementation, baseline and final latency, speedup, fraction of same-run clone
@@ -140,6 +142,30 @@ def existing_run(run_root: Path, target: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def forget_run(trees: list[Path], target: str, out_dir: Path | None = None) -> list[str]:
+    """Forget the target's suite run: its branch, its records in each of `trees` (the repository
+    and its worktrees), and with `out_dir` its entry, report and log there. What was removed."""
+    branch, run_id, gone = branch_of(target), run_id_of(target), []
+
+    def shown(path: Path) -> str:
+        return str(path.relative_to(trees[0])) if trees and path.is_relative_to(trees[0]) else str(path)
+
+    for tree in trees:
+        if _git(tree, "rev-parse", "--abbrev-ref", "HEAD") == branch:
+            _git(tree, "checkout", "-q", "--detach")  # a branch checked out anywhere cannot be deleted
+        if (tree / "sandbox" / run_id).exists():
+            shutil.rmtree(tree / "sandbox" / run_id)
+            gone.append(shown(tree / "sandbox" / run_id))
+    if trees and _git(trees[0], "branch", "--list", branch):
+        _git(trees[0], "branch", "-D", branch)
+        gone.append(f"branch {branch}")
+    if out_dir is not None and out_dir.is_dir():
+        for f in sorted([*out_dir.glob(f"{run_id}-*"), *out_dir.glob(f"{run_id}.json"), *out_dir.glob(f"{run_id}.log")]):
+            f.unlink()
+            gone.append(shown(f))
+    return gone
+
+
 def finished(state: dict) -> bool:
     """A run whose stop rule fired (stop or escalate) and that has no experiment in flight."""
     return (state.get("stopped") or {}).get("state") in ("stop", "escalate") and not state.get("inflight")
@@ -175,12 +201,7 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
     state = existing_run(run_root, target) if resume else None
     if resume and (state is None or state.get("last_iteration", -1) < 0):
         # killed before its baseline was recorded: nothing to continue; clear what it left and start over
-        branch = branch_of(target)
-        if _git(run_root, "branch", "--list", branch):
-            if _git(run_root, "rev-parse", "--abbrev-ref", "HEAD") == branch:
-                _git(run_root, "checkout", "-q", "--detach")
-            _git(run_root, "branch", "-D", branch)
-        shutil.rmtree(run_root / "sandbox" / run_id, ignore_errors=True)
+        forget_run([run_root], target)
         state = None
     if state is None:
         log(f"[suite] {target}: tileloop run (branch {branch_of(target)})")
@@ -233,11 +254,12 @@ WORKTREES = "suite-worktrees"  # under sandbox/: one git worktree per GPU when t
 
 
 def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print,
-              gpus: list[str] | None = None, resume: bool = False) -> list[dict]:
+              gpus: list[str] | None = None, resume: bool = False, restart: list[str] | None = None) -> list[dict]:
     """Each target tuned on its own branch from the current commit. With `gpus` (device ids), one
     target per GPU at a time, each GPU in its own git worktree (sandbox/suite-worktrees/gpu<id>) with
     CUDA_VISIBLE_DEVICES set; the runs' records stay in those worktrees' sandbox/. With `resume`,
-    targets whose runs exist are continued where they are (see the module docstring)."""
+    targets whose runs exist are continued where they are (see the module docstring); those in
+    `restart` are forgotten first and start anew."""
     root = root.resolve()
     if per_run_s is not None and per_run_s <= 0:
         raise UserError(f"--per-run must be positive, got {per_run_s:g} s")
@@ -260,6 +282,19 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         start_branch = state["origin_branch"]  # its uncommitted candidate, if any, is the run's to repair
     elif _git(root, "status", "--porcelain", "--untracked-files=no"):
         raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
+    for target in restart or []:
+        if not resume:
+            raise UserError("--restart goes with --resume (without --resume every target starts anew)")
+        if target not in targets:
+            raise UserError(f"--restart {target} is not one of the suite's targets", hint="valid: " + ", ".join(targets))
+        if target == killed_here:
+            raise UserError(f"the repository is on {start_branch}'s run of {target}, killed mid-experiment",
+                            hint="suite run --resume first (it repairs that run), then --restart it")
+    if restart:
+        trees = [root] + sorted(p for p in (root / "sandbox" / WORKTREES).glob("gpu*") if p.is_dir())
+        for target in restart:
+            gone = forget_run(trees, target, out_dir)
+            log(f"[suite] {target}: restart: " + ("forgot " + ", ".join(gone) if gone else "no earlier run"))
     out_dir.mkdir(parents=True, exist_ok=True)
     start_sha = _git(root, "rev-parse", start_branch)
     children = _Children()

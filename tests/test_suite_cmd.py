@@ -47,6 +47,13 @@ def test_suite_refuses_bad_input(kernel_repo, capsys):
     (kernel_repo / "kernels" / "vector_add" / "spec.py").write_text("# edited\n")
     assert main(["suite", "run", "kernels/vector_add/vector_add_triton.py", "--device", "cpu"]) == 2
     assert "uncommitted changes" in capsys.readouterr().err
+    from tests.conftest import git
+    git(kernel_repo, "checkout", "-q", "--", "kernels")
+    target = "kernels/vector_add/vector_add_triton.py"
+    assert main(["suite", "run", target, "--device", "cpu", "--restart", target]) == 2
+    assert "--restart goes with --resume" in capsys.readouterr().err
+    assert main(["suite", "run", target, "--device", "cpu", "--resume", "--restart", "kernels/row_sum/row_sum_triton.py"]) == 2
+    assert "is not one of the suite's targets" in capsys.readouterr().err
 
 
 def test_largest_shape_prefers_bytes():
@@ -151,6 +158,23 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
     assert main([*args, "--resume", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)["entries"]
     assert [e["iterations"] for e in again] == [e["iterations"] for e in entries]
+    # --restart forgets one run (branch, records in its worktree, entry) and runs it anew; the other is reported again
+    old_dir = trees[owner[targets[1]]] / "sandbox" / "suite-row-sum-triton"
+    old_created = json.loads((old_dir / "state.json").read_text())["created"]
+    (old_dir / "marker").write_text("from the first run\n")
+    assert main([*args, "--resume", "--restart", targets[1], "--json"]) == 0
+    out = capsys.readouterr()
+    fresh = json.loads(out.out)["entries"]
+    assert "row_sum_triton.py: restart: forgot sandbox/suite-worktrees/gpu" in out.err
+    assert "branch tileloop/suite-row-sum-triton, sandbox/suite/suite-row-sum-triton-best.py" in out.err
+    assert fresh[0].get("resumed") is True and fresh[0]["iterations"] == entries[0]["iterations"]
+    assert "resumed" not in fresh[1] and "error" not in fresh[1] and fresh[1]["iterations"] == 2
+    new_dir = trees[fresh[1]["gpu"]] / "sandbox" / "suite-row-sum-triton"
+    assert json.loads((new_dir / "state.json").read_text())["created"] != old_created
+    assert not (new_dir / "marker").exists()
+    recs = [json.loads(line) for line in (new_dir / "results.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in recs] == [0, 1, 2]
+    assert sum((t / "sandbox" / "suite-row-sum-triton").is_dir() for t in trees.values()) == 1
 
 
 @pytest.mark.slow
