@@ -554,7 +554,9 @@ def cmd_playbook(args, settings) -> int:
         note = f"{recipe.id} does not apply to this {an.language} {an.kernel_class} kernel"
     else:
         cands = recipe.candidates(src, an)
-        note = f"{len(cands)} candidate(s)" if cands else f"{recipe.id} did not recognise its pattern in {args.target}"
+        why = None if cands or not hasattr(recipe, "skip_reason") else recipe.skip_reason(src, an)
+        note = (f"{len(cands)} candidate(s)" if cands else
+                f"{recipe.id} did not recognise its pattern in {args.target}" + (f": {why}" if why else ""))
     diffs = [{"key": c.key, "optimization": c.title, "hypothesis": c.hypothesis,
               "diff": "".join(difflib.unified_diff(src.splitlines(True), c.source.splitlines(True),
                                                    f"a/{args.target}", f"b/{args.target}"))} for c in cands]

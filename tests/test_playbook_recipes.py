@@ -622,3 +622,19 @@ def test_next_candidate_demoted_kinds_go_last_and_tried_keys_are_skipped():
     an = analyze(src("row_sum", "triton"))
     c = next_candidate(src("row_sum", "triton"), an, ["triton-autotune:row_sum_kernel"], [])
     assert c.key == "launch-param:BLOCK=256"
+
+
+def test_playbook_apply_says_why_a_recipe_proposes_nothing(capsys):
+    """`playbook apply --dry-run` on a kernel a recipe does not fit: no candidate, and the recipe's own reason."""
+    import json
+
+    from loop.cli import main
+
+    target = str(REPO_ROOT / "kernels" / "attention" / "attention_triton.py")
+    assert main(["playbook", "apply", "triton-tensor-descriptor", target, "--dry-run", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["candidates"] == []
+    assert "did not recognise its pattern" in payload["note"] and "starts from `q_base`" in payload["note"]
+    assert main(["playbook", "apply", "triton-persistent", target, "--dry-run", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert len(payload["candidates"]) == 1 and payload["note"] == "1 candidate(s)"
