@@ -373,10 +373,11 @@ class Experiment:
     def run_loop(self, max_iters: int | None = None) -> decide.StopState:
         from playbook import next_candidate
         from playbook.analysis import analyze
+        from playbook.base import why_nothing
 
         self.state.mode = "run"
         self.save()
-        done_here = 0
+        done_here, why = 0, None
         while True:
             stop = self.stop_state()
             if stop.state != "continue":
@@ -394,6 +395,8 @@ class Experiment:
                                                                                     self.state.skip_recipes)
             if cand is None:
                 stop = self.stop_state(exhausted=True)
+                if stop.state == "stop" and stop.reason.startswith("playbook exhausted"):
+                    why = why_nothing(src, an, self.state.tried, self.state.skip_recipes)
                 break
             self.progress_view.update(iteration=self.state.last_iteration + 1, change=cand.title)
             self.log(f"#{self.state.last_iteration + 1} apply {cand.title} [{cand.recipe}]")
@@ -404,9 +407,12 @@ class Experiment:
             self.stage("apply")
             self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key, kind=cand.kind)
             done_here += 1
-        self.state.stopped = stop.to_json()
+        # an exhausted playbook says, per recipe, why it has nothing left: where a new recipe or an edit would go
+        self.state.stopped = {**stop.to_json(), **({"recipes": why} if why else {})}
         self.save()
         self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
+        for rid, reason in (why or {}).items():
+            self.log(f"  {rid}: {reason}")
         self.progress_view.close()
         return stop
 

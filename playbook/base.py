@@ -77,6 +77,27 @@ def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demote
     return pool[0] if pool else None
 
 
+def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Sequence[str] = ()) -> dict[str, str]:
+    """For each recipe of the kernel's language, why it has no untried candidate for `source`: what
+    a person reads when the playbook is exhausted, to see where a new recipe (or an edit) would go."""
+    out: dict[str, str] = {}
+    for recipe in recipes():
+        if analysis.language not in recipe.languages:
+            continue
+        if recipe.id in skip:
+            out[recipe.id] = "skipped (--skip-recipe)"
+        elif not recipe.applies(analysis):
+            out[recipe.id] = f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
+        elif cands := recipe.candidates(source, analysis):
+            left = [c for c in cands if c.key not in tried]
+            out[recipe.id] = (f"{len(cands)} candidate(s), all tried" if not left
+                              else f"{len(left)} of {len(cands)} candidate(s) untried")
+        else:
+            reason = recipe.skip_reason(source, analysis) if hasattr(recipe, "skip_reason") else None
+            out[recipe.id] = reason or "proposes nothing for this kernel"
+    return out
+
+
 def current_keys(source: str) -> list[str]:
     """Candidate keys that describe the source as it is (recipes that offer `current_keys`)."""
     keys: list[str] = []

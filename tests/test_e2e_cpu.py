@@ -172,3 +172,27 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
     again = run_json(capsys, ["resume", "--max-iters", "4"])["records"]
     assert len(again) == 5 and again[4]["status"] != "crash"
     assert again[4]["optimization"] + " (interrupted)" == recs[3]["optimization"]
+
+
+def test_an_exhausted_playbook_says_why_each_recipe_has_nothing_left(small_repo, capsys):
+    """Every recipe but one skipped: after its one candidate the playbook is exhausted, and the stop
+    says per recipe why it has nothing left (tried, skipped, does not apply, or its own reason)."""
+    from playbook import recipes
+
+    keep = "eviction-policy"
+    skip = [r.id for r in recipes() if "triton" in r.languages and r.id != keep]
+    argv = ["run", TARGET, "--device", "cpu", "--branch", "tileloop/x", "--max-iters", "5"]
+    for rid in skip:
+        argv += ["--skip-recipe", rid]
+    assert main(argv + ["--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["stop"]["reason"].startswith("playbook exhausted") and len(out["records"]) == 2
+    state = json.loads((small_repo / "sandbox" / out["run"] / "state.json").read_text())
+    why = state["stopped"]["recipes"]
+    assert why[keep] == "1 candidate(s), all tried"
+    assert {why[rid] for rid in skip} == {"skipped (--skip-recipe)"}
+    assert not any(rid.startswith("cutile-") for rid in why)  # only the kernel's language
+    assert f"  {keep}: 1 candidate(s), all tried" in captured.err
+    status = run_json(capsys, ["status"])
+    assert status["stopped"]["recipes"] == why

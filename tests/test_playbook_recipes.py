@@ -638,3 +638,21 @@ def test_playbook_apply_says_why_a_recipe_proposes_nothing(capsys):
     assert main(["playbook", "apply", "triton-persistent", target, "--dry-run", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert len(payload["candidates"]) == 1 and payload["note"] == "1 candidate(s)"
+
+
+def test_why_nothing_gives_each_recipe_its_reason():
+    """On the autotuned attention kernel (where a GPU run found the playbook exhausted): per recipe, why."""
+    from playbook.analysis import analyze
+    from playbook.base import why_nothing
+
+    src = (REPO_ROOT / "kernels" / "attention" / "attention_triton.py").read_text()
+    (cand,) = [c for c in playbook.get("triton-autotune").candidates(src, analyze(src))]
+    tuned = cand.source
+    why = why_nothing(tuned, analyze(tuned), tried=[cand.key], skip=["fast-math"])
+    assert why["fast-math"] == "skipped (--skip-recipe)"
+    assert why["eviction-policy"] == "does not apply to a triton dot kernel"
+    assert "already autotuned" in why["triton-autotune"]
+    assert "starts from `q_base`, not from a pointer argument" in why["triton-tensor-descriptor"]
+    assert set(why) == {r.id for r in playbook.recipes() if "triton" in r.languages}
+    fresh = why_nothing(src, analyze(src), tried=[])
+    assert fresh["triton-autotune"] == "1 of 1 candidate(s) untried"
