@@ -9,7 +9,7 @@ timeout, own TRITON_CACHE_DIR); like `loop.worker`, the only place kernel code i
    planted ratio again in `verify_rounds` separate rounds,
 3. repeats, per trial and scenario (order rotated per trial), one measurement per shape through
    `loop.worker.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), plus a
-   second one with new inputs where a shape's median speedup is over `Policy.suspicious`, as an
+   second one with new inputs where a shape's speedup is over `Policy.suspicious`, as an
    iteration measures such a candidate again before deciding, and
 4. appends one JSON line per event to the job's events file (start, calibration, trial), so
    the orchestrator can follow the run; the result file says how it ended.

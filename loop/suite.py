@@ -288,7 +288,7 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         if target not in targets:
             raise UserError(f"--restart {target} is not one of the suite's targets", hint="valid: " + ", ".join(targets))
         if target == killed_here:
-            raise UserError(f"the repository is on {start_branch}'s run of {target}, killed mid-experiment",
+            raise UserError(f"the repository is on the branch of {target}'s run, which was killed mid-experiment",
                             hint="suite run --resume first (it repairs that run), then --restart it")
     if restart:
         trees = [root] + sorted(p for p in (root / "sandbox" / WORKTREES).glob("gpu*") if p.is_dir())

@@ -205,6 +205,10 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     assert git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "tileloop/suite-vector-add-triton"
+    # the run killed mid-experiment is repaired by --resume; forgetting it from under its own branch is refused
+    assert main([*args, "--resume", "--restart", target]) == 2
+    assert "killed mid-experiment" in capsys.readouterr().err
+    assert state_path.is_file() and git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "tileloop/suite-vector-add-triton"
 
     assert main([*args, "--resume", "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)["entries"]
