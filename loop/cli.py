@@ -527,6 +527,7 @@ def cmd_playbook(args, settings) -> int:
 
     import playbook
     from playbook.analysis import analyze
+    from playbook.base import attempt
 
     if args.action == "list":
         rows = [{"id": r.id, "languages": ",".join(r.languages), "title": r.title} for r in playbook.recipes()]
@@ -553,8 +554,7 @@ def cmd_playbook(args, settings) -> int:
         cands = []
         note = f"{recipe.id} does not apply to this {an.language} {an.kernel_class} kernel"
     else:
-        cands = recipe.candidates(src, an)
-        why = None if cands or not hasattr(recipe, "skip_reason") else recipe.skip_reason(src, an)
+        cands, why = attempt(recipe, src, an)
         note = (f"{len(cands)} candidate(s)" if cands else
                 f"{recipe.id} did not recognise its pattern in {args.target}" + (f": {why}" if why else ""))
     diffs = [{"key": c.key, "optimization": c.title, "hypothesis": c.hypothesis,

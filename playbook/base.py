@@ -88,14 +88,21 @@ def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Seq
             out[recipe.id] = "skipped (--skip-recipe)"
         elif not recipe.applies(analysis):
             out[recipe.id] = f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
-        elif cands := recipe.candidates(source, analysis):
-            left = [c for c in cands if c.key not in tried]
-            out[recipe.id] = (f"{len(cands)} candidate(s), all tried" if not left
-                              else f"{len(left)} of {len(cands)} candidate(s) untried")
         else:
-            reason = recipe.skip_reason(source, analysis) if hasattr(recipe, "skip_reason") else None
-            out[recipe.id] = reason or "proposes nothing for this kernel"
+            cands, reason = attempt(recipe, source, analysis)
+            left = [c for c in cands if c.key not in tried]
+            out[recipe.id] = (reason or "proposes nothing for this kernel" if not cands else
+                              f"{len(cands)} candidate(s), all tried" if not left else
+                              f"{len(left)} of {len(cands)} candidate(s) untried")
     return out
+
+
+def attempt(recipe: Recipe, source: str, analysis: Analysis) -> tuple[list[Candidate], str | None]:
+    """A recipe's candidates for `source` and, when there are none, its reason if it gives one
+    (pattern recipes do, from the same pass that looked for candidates)."""
+    if hasattr(recipe, "attempt"):
+        return recipe.attempt(source, analysis)
+    return recipe.candidates(source, analysis), None
 
 
 def current_keys(source: str) -> list[str]:

@@ -400,17 +400,19 @@ class PatternRecipe:
     def propose(self, source: str, analysis) -> list:
         raise NotImplementedError
 
-    def candidates(self, source: str, analysis) -> list:
+    def attempt(self, source: str, analysis) -> tuple[list, str | None]:
+        """The candidates for `source` and, when there are none, why: one pass of `propose`."""
         try:
-            return self.propose(source, analysis)
-        except Skip:
-            return []
+            cands = self.propose(source, analysis)
+        except Skip as exc:
+            return [], str(exc)
+        return cands, None if cands else "every candidate is already in place"
+
+    def candidates(self, source: str, analysis) -> list:
+        return self.attempt(source, analysis)[0]
 
     def skip_reason(self, source: str, analysis) -> str | None:
         """Why this recipe proposes nothing for `source` (None when it proposes something)."""
         if not self.applies(analysis):
             return f"{self.id} does not apply to a {analysis.language} {analysis.kernel_class} kernel"
-        try:
-            return None if self.propose(source, analysis) else "every candidate is already in place"
-        except Skip as exc:
-            return str(exc)
+        return self.attempt(source, analysis)[1]
