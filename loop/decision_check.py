@@ -320,7 +320,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
            "backend": backend, "impls": impls, "seed": seed, "trials": trials, "scenarios": list(scenarios),
            "plant": plant, "shapes": [list(s) for s in shapes] if shapes else None, "dtype": dtype,
            "timing": CPU_TIMING if device == "cpu" else {}, "verify_rounds": VERIFY_ROUNDS[device],
-           "events": str(events_path), "suspicious": policy.suspicious}
+           "events": str(events_path), "policy": policy.to_json()}
     # a trial is one measurement per shape, two where a speedup over `policy.suspicious` is measured again
     units = trials * (len(scenarios) + ("speedup" in scenarios)) * max(2, len(shapes or ())) + (2 * (MAX_PROBES + VERIFY_ROUNDS[device]) if plant else 0)
     timeout = timeout_s or settings.worker_timeout_s + units * UNIT_S[device]

@@ -9,8 +9,8 @@ timeout, own TRITON_CACHE_DIR); like `loop.worker`, the only place kernel code i
    planted ratio again in `verify_rounds` separate rounds,
 3. repeats, per trial and scenario (order rotated per trial), one measurement per shape through
    `loop.worker.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), plus a
-   second one with new inputs where a shape's speedup is over `Policy.suspicious`, as an
-   iteration measures such a candidate again before deciding, and
+   second one with new inputs where the loop would decide `remeasure` (a speedup over
+   `Policy.suspicious`), as an iteration measures such a candidate again before deciding, and
 4. appends one JSON line per event to the job's events file (start, calibration, trial), so
    the orchestrator can follow the run; the result file says how it ended.
 
@@ -133,17 +133,13 @@ def _measure(torch, harness, pair: dict, job: dict, seed: int, shape: tuple, dty
             "recheck": {lab: {k: v for k, v in rc.items() if k in ("ok", "reason")} for lab, rc in entry["recheck"].items()}}
 
 
-def _suspicious(entries: Sequence[dict], limit: float) -> bool:
-    """Whether the loop would measure this trial again: a speedup over `limit` at any shape
-    (what makes `decide.decide` answer `remeasure`). Only the trigger; the orchestrator decides."""
-    for e in entries:
-        if not all(rc["ok"] for rc in e["recheck"].values()):
-            return False  # decided as incorrect, never measured again
-        c = decide.compare_shape(e["shape"], e["impls"]["incumbent"]["samples_ms"],
-                                 e["impls"]["candidate"]["samples_ms"], decide.Policy())
-        if c.speedup > limit:
-            return True
-    return False
+def _suspicious(entries: Sequence[dict], policy: decide.Policy) -> bool:
+    """Whether the loop would measure this trial again: some decision of it (per shape, or over all
+    shapes) is `remeasure`. The orchestrator's own `trial_rows` answers; only the trigger is used here."""
+    from loop.decision_check import trial_rows
+
+    rows = trial_rows({"trial": None, "scenario": None, "timing": {"shapes": list(entries)}}, policy)
+    return any(r["action"] == "remeasure" for r in rows)
 
 
 def _planted_ratio(entry: dict, policy: decide.Policy = decide.Policy()) -> decide.ShapeComparison:
@@ -276,6 +272,7 @@ def worker_job(job: dict) -> dict:
             cal, plants[shape] = calibrate(torch, harness, modules, job, shape, dtype, plan, events)
             events.write(event="calibration", calibration=cal)
     scenarios = list(job["scenarios"])
+    policy = decide.Policy(**job["policy"]) if job.get("policy") else decide.Policy()  # the orchestrator's
     for t in range(job["trials"]):
         k = t % len(scenarios)  # rotate the order, so no scenario always runs first after a pause
         for scenario in scenarios[k:] + scenarios[:k]:
@@ -290,7 +287,7 @@ def worker_job(job: dict) -> dict:
                 entries.append(_measure(torch, harness, pairs[-1], job,
                                         w.seed_for(job["seed"], "trial", t, scenario), shape, dtype, plan))
             again = None
-            if _suspicious(entries, job.get("suspicious", decide.Policy().suspicious)):
+            if _suspicious(entries, policy):
                 again = [_measure(torch, harness, pairs[i], job, w.seed_for(job["seed"], "remeasure", t, scenario),
                                   shape, dtype, plan) for i, shape in enumerate(shapes)]
             events.write(event="trial", trial=t, scenario=scenario, timing={"shapes": entries},

@@ -122,13 +122,13 @@ def test_the_worker_measures_again_exactly_when_the_loop_would():
     from loop.decision_worker import _suspicious
 
     rng = random.Random(5)
-    assert _suspicious([timing_entry((8,), *samples(rng, 1.0)), timing_entry((16,), *samples(rng, 1 / 3.4))], 3.0)
-    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 2.8))], 3.0)
-    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 3.4), ok=False)], 3.0)  # incorrect: decided as such
+    assert _suspicious([timing_entry((8,), *samples(rng, 1.0)), timing_entry((16,), *samples(rng, 1 / 3.4))], POLICY)
+    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 2.8))], POLICY)
+    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 3.4), ok=False)], POLICY)  # incorrect: decided as such
     for factor in (1 / 3.4, 1 / 2.8, 1.0):  # the trigger agrees with decide() on a single shape
         entry = timing_entry((8,), *samples(rng, factor))
         (r,) = trial_rows({"trial": 0, "scenario": "speedup", "timing": {"shapes": [entry]}}, POLICY)
-        assert (r["action"] == "remeasure") == _suspicious([entry], POLICY.suspicious)
+        assert (r["action"] == "remeasure") == _suspicious([entry], POLICY)
 
 
 def test_wrong_output_of_a_timed_run_reverts_every_row_as_incorrect():
