@@ -282,9 +282,9 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         start_branch = state["origin_branch"]  # its uncommitted candidate, if any, is the run's to repair
     elif _git(root, "status", "--porcelain", "--untracked-files=no"):
         raise UserError("the working tree has uncommitted changes to tracked files: commit or stash them first")
+    if restart and not resume:
+        raise UserError("--restart goes with --resume (without --resume every target starts anew)")
     for target in restart or []:
-        if not resume:
-            raise UserError("--restart goes with --resume (without --resume every target starts anew)")
         if target not in targets:
             raise UserError(f"--restart {target} is not one of the suite's targets", hint="valid: " + ", ".join(targets))
         if target == killed_here:
