@@ -7,7 +7,8 @@ folder together with the run's report, plot and perf_results.md. Each run is a s
 an optional wall-clock limit; a run cut off by it is repaired (`resume --no-continue`), so its
 record stays consistent, and its entry says that it was cut off. `suite run --resume` continues a
 suite that was stopped (killed, or a machine taken back): each target whose run exists goes on
-with `tileloop resume` in the worktree that holds it, a finished run is only reported again, and
+with `tileloop resume` in the worktree that holds it, a finished run keeps the entry it has (it is
+measured again only where that entry has no final measurement, e.g. its report was killed), and
 the other targets start as usual. `--restart TARGET` (with `--resume`) forgets a target's run first
 (its branch, its records in whichever tree holds them, its entry), so it starts anew: for a target
 whose recipes or playbook changed since its run.
@@ -171,6 +172,20 @@ def finished(state: dict) -> bool:
     return (state.get("stopped") or {}).get("state") in ("stop", "escalate") and not state.get("inflight")
 
 
+def _entry_of_finished(path: Path, state: dict) -> dict | None:
+    """The suite entry a finished run already has, if it is whole: written after the run stopped
+    (as many experiments as the run recorded) and holding a final measurement."""
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if entry.get("error") or not entry.get("final") or entry.get("final_error"):
+        return None
+    if entry.get("iterations") != state.get("last_iteration"):
+        return None
+    return entry
+
+
 def _run_child(cmd: list[str], run_root: Path, run_id: str, out_dir: Path, per_run_s: float | None, env: dict,
                children: _Children, log, target: str, append: bool) -> tuple[int, bool]:
     """One `tileloop run|resume` child, its stderr in <run_id>.log; (exit code, cut off). A child
@@ -195,7 +210,8 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
              env: dict, children: _Children, log, resume: bool = False) -> dict:
     """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the
     report. With `resume`, a run of the target already in `run_root` is continued (`tileloop
-    resume`, on its branch) or, if it had finished, only reported."""
+    resume`, on its branch) or, if it had finished, only reported: its entry in `out_dir` stands
+    when it holds a final measurement, so a resumed suite spends no GPU time on finished runs."""
     path = Path(target)
     run_id = run_id_of(target)
     state = existing_run(run_root, target) if resume else None
@@ -207,9 +223,13 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
         log(f"[suite] {target}: tileloop run (branch {branch_of(target)})")
         cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", branch_of(target), *extra]
     else:
-        _git(run_root, "checkout", "-q", state["branch"])
         done = finished(state)
-        log(f"[suite] {target}: " + ("finished before; reporting it again" if done else
+        kept = _entry_of_finished(out_dir / f"{run_id}.json", state) if done else None
+        if kept is not None:
+            log(f"[suite] {target}: finished before; its entry stands")
+            return kept
+        _git(run_root, "checkout", "-q", state["branch"])
+        log(f"[suite] {target}: " + ("finished before; reporting it again (its entry has no final measurement)" if done else
                                      f"tileloop resume (branch {state['branch']}, {state.get('last_iteration', -1)} experiments recorded)"))
         cmd = None if done else [sys.executable, "-m", "loop", "resume", "--run", run_id]
     t0 = time.monotonic()
@@ -235,7 +255,7 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
     entry["language"] = "cutile" if path.stem.endswith("_cutile") else "triton"
     if state is not None:
         entry["resumed"] = True  # the run spans suite calls (and maybe machines): its wall time is this call's
-    if final is None:
+    if final is None and measure:  # no final measurement was asked for on the CPU
         entry["final_error"] = (err_text or out)[-400:]
     atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
     state = json.loads((run_dir / "state.json").read_text())

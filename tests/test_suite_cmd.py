@@ -154,10 +154,20 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
         state = json.loads((run_dir / "state.json").read_text())
         assert state["inflight"] is None and state["stopped"]["state"] == "stop"
         assert git(tmp_path, "rev-parse", f"tileloop/{e['run']}").strip() == state["best_commit"]
-    # a second --resume finds the runs finished: it reports them again and runs nothing
+    # a second --resume finds the runs finished and runs nothing. An entry holding a final measurement
+    # (a GPU run's) stands as it is, not measured again; one without (a CPU run's, or one whose
+    # report was killed) is reported again.
+    out_dir = tmp_path / "sandbox" / "suite"
+    measured = json.loads((out_dir / "suite-vector-add-triton.json").read_text())
+    measured["final"] = [{"shape": "1024", "dtype": "float32", "best (ms)": "0.5"}]
+    (out_dir / "suite-vector-add-triton.json").write_text(json.dumps(measured))
     assert main([*args, "--resume", "--json"]) == 0
-    again = json.loads(capsys.readouterr().out)["entries"]
+    out = capsys.readouterr()
+    again = json.loads(out.out)["entries"]
     assert [e["iterations"] for e in again] == [e["iterations"] for e in entries]
+    assert "vector_add_triton.py: finished before; its entry stands" in out.err
+    assert "row_sum_triton.py: finished before; reporting it again (its entry has no final measurement)" in out.err
+    assert again[0]["final"] == measured["final"] and again[0]["gpu"] == owner[targets[0]]
     # --restart forgets one run (branch, records in its worktree, entry) and runs it anew; the other is reported again
     old_dir = trees[owner[targets[1]]] / "sandbox" / "suite-row-sum-triton"
     old_created = json.loads((old_dir / "state.json").read_text())["created"]
