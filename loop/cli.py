@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
     sp.add_argument("--resume", action="store_true",
                     help="run: continue a suite that was stopped: a target whose run exists goes on with tileloop resume "
-                         "(on the GPU whose worktree holds it), a finished one is reported again, the others start")
+                         "(on the GPU whose worktree holds it), a finished one keeps its entry (measured again only if the entry "
+                         "lacks its final measurement), the others start")
     sp.add_argument("--restart", action="append", metavar="TARGET", default=[],
                     help="run, with --resume: forget this target's run (branch, records, entry) so it starts anew, "
                          "e.g. after its playbook changed; repeatable")

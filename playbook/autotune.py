@@ -11,7 +11,8 @@ module-level int constants. The rewrite
   x1 ... x32 x num_warps up to 16, with the pipelining depth left to the compiler;
 * keys the tuning on the kernel's runtime size arguments: the parameters whose launch argument
   is a size in the wrapper (`rows, cols = x.shape`, `x.numel()`, `b.shape[1]`, ...), never
-  pointers, strides or floats;
+  pointers, strides or floats; and on the untuned constexprs the launch passes a variable
+  (`CAUSAL=bool(causal)`), which the autotuner would otherwise not tell apart;
 * removes the tuned keywords from the launch and, where the grid reads a tuned constant, makes
   the grid `lambda meta: ...` reading `meta["BLOCK"]`; a grid that does not read it (one row per
   program: `(rows,)`) is left alone;
@@ -33,6 +34,7 @@ from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, above_jit, 
                                module_int_constants, names_in, only_launch, params, parse, per_kernel, proposed,
                                replace, triton_aliases, triton_kernels, triton_launches, walk)
 from playbook.hazards import scan
+from playbook.persistent_loop import bound_args
 
 MAX_CONFIGS = 24
 BLOCK_LIMIT_1D = 16384  # one block constexpr: elements per program
@@ -98,6 +100,33 @@ def size_names(wrapper: cst.FunctionDef) -> set[str]:
                         sizes.add(name)
                         changed = True
     return sizes
+
+
+def tuning_key(fn: cst.FunctionDef, launch: Launch, al: Aliases, tuned: set[str],
+               constants: dict | None = None) -> list[str]:
+    """The autotune key of `fn` launched by `launch`: the parameters whose launch argument is a
+    runtime size (never pointers, strides or floats), then the untuned constexpr parameters whose
+    launch argument is not a constant (`CAUSAL=bool(causal)`). Triton's autotuner caches its pick
+    by the key's values and the tensors' dtypes alone: a constexpr left out of the key would reuse
+    the pick made for one value (a non-causal call) for every other (the causal calls), although
+    each value compiles a different kernel."""
+    ps = params(fn)
+    pnames = [p.name.value for p in ps]
+    constexpr = {p.name.value for p in ps if is_constexpr(p, al)}
+    sizes = size_names(launch.wrapper)
+    bound = bound_args(launch, pnames)
+    keyed = {p for p, expr in bound if p not in tuned and is_size(expr, sizes)}
+    if not keyed:
+        raise Skip(f"{fn.name.value}: no runtime size argument to key the tuning on")
+    keyed |= {p for p, expr in bound if p in constexpr and p not in tuned
+              and int_value(expr, constants or {}) is None and not _literal(expr)}
+    return [p for p in pnames if p in keyed]
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    """A literal the launch passes as it is: True/False/None, a number or a string."""
+    return (isinstance(node, cst.Name) and node.value in ("True", "False", "None")) or isinstance(
+        node, (cst.Integer, cst.Float, cst.SimpleString))
 
 
 # ----------------------------------------------------------------------------------- space
@@ -260,20 +289,7 @@ class TritonAutotune(PatternRecipe):
         blocks.sort(key=lambda b: pnames.index(b[0]))
         tuned_kws = {b[0] for b in blocks} | set(options)
 
-        # the key: parameters whose launch argument is a runtime size
-        sizes = size_names(launch.wrapper)
-        bound: list[tuple[str, cst.BaseExpression]] = []
-        for i, arg in enumerate(launch.call.args):
-            if arg.keyword is None:
-                if arg.star or i >= len(pnames):
-                    break  # *args: parameter positions past here are unknown
-                bound.append((pnames[i], arg.value))
-        bound += [(a.keyword.value, a.value) for a in launch.call.args
-                  if a.keyword is not None and a.keyword.value in pnames]
-        keyed = {p for p, expr in bound if p not in tuned_kws and is_size(expr, sizes)}
-        key = [p for p in pnames if p in keyed]
-        if not key:
-            raise Skip(f"{name}: no runtime size argument to key the tuning on")
+        key = tuning_key(fn, launch, al, tuned_kws, constants)
 
         # the grid: an expression (inline or one assignment) that may read tuned constants
         grid = launch.grid

@@ -32,13 +32,12 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.autotune import UNSUPPORTED_LAUNCH_OPTIONS, _drop_constants, is_size, size_names
+from playbook.autotune import UNSUPPORTED_LAUNCH_OPTIONS, _drop_constants, tuning_key
 from playbook.base import Candidate, register
 from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, above_jit, calls, checked, int_value,
-                               is_triton_decorator, kwarg_value, module_functions, module_int_constants, params, parse,
+                               is_triton_decorator, kwarg_value, module_functions, module_int_constants, parse,
                                remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches)
 from playbook.hazards import scan
-from playbook.persistent_loop import bound_args
 
 OCCUPANCY = (1, 2, 4, 8)
 TWO_CTA_CAPABILITY = 100  # 2-CTA MMA: Blackwell (sm_100) and later
@@ -201,7 +200,7 @@ class TritonTileIRConfigs(PatternRecipe):
                 options.append(f"{kw}={iv[0]}")
                 if iv[1]:
                     removable.add(iv[1])
-            keys = ", ".join(f'"{k}"' for k in self._key(fn, launch))
+            keys = ", ".join(f'"{k}"' for k in tuning_key(fn, launch, al, set(), constants))
             base_configs = f"[{tt}.Config({{}}{''.join(', ' + o for o in options)})]"
             deco = (f"@{tt}.autotune(\n"
                     f"    configs={VARIANTS}({base_configs}),\n"
@@ -226,13 +225,4 @@ class TritonTileIRConfigs(PatternRecipe):
                          "where the kernel already saturates it; no change on other backends (the configs never "
                          "reach them); the first call per key compiles the extra configs", code)
 
-    def _key(self, fn: cst.FunctionDef, launch: Launch) -> list[str]:
-        """The kernel's runtime size parameters (as triton-autotune keys its tuning)."""
-        pnames = [p.name.value for p in params(fn)]
-        sizes = size_names(launch.wrapper)
-        keyed = {p for p, expr in bound_args(launch, pnames) if is_size(expr, sizes)}
-        key = [p for p in pnames if p in keyed]
-        if not key:
-            raise Skip(f"{fn.name.value}: no runtime size argument to key the tuning on")
-        return key
 

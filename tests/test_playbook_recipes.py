@@ -176,11 +176,27 @@ def test_autotune_matmul_grid_becomes_a_function_of_meta():
     assert "                        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))" in added
 
 
-def test_autotune_attention_keys_on_sizes_only_and_keeps_untuned_constexprs():
+def test_autotune_attention_keys_on_sizes_and_the_causal_flag_and_keeps_untuned_constexprs():
     c = one("triton-autotune", src("attention", "triton"))
-    assert '    key=["seq", "heads", "HEAD_DIM"],' in c.source  # not qk_scale (float), not strides
+    # not qk_scale (float), not strides; CAUSAL, passed as bool(causal), is in the key: Triton's
+    # autotuner caches a pick by the key alone, so without it the causal calls would reuse the
+    # config tuned on a non-causal call (seen on an H200: 4 shapes, 2 picks)
+    assert '    key=["seq", "heads", "HEAD_DIM", "CAUSAL"],' in c.source
     assert "HEAD_DIM=head_dim, CAUSAL=bool(causal))" in c.source
     assert '    grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)' in c.source
+
+
+def test_autotune_leaves_a_constexpr_passed_as_a_literal_out_of_the_key():
+    source = src("attention", "triton").replace("CAUSAL=bool(causal)", "CAUSAL=True")
+    c = one("triton-autotune", source)
+    assert '    key=["seq", "heads", "HEAD_DIM"],' in c.source
+
+
+def test_tileir_configs_key_on_the_causal_flag_too():
+    source = src("attention", "triton")
+    found = playbook.get("triton-tileir-configs").candidates(source, analyze(source, backend="tileir", arch="sm_100"))
+    c = found[0]
+    assert '    key=["seq", "heads", "HEAD_DIM", "CAUSAL"],' in c.source
 
 
 @pytest.mark.parametrize("op", ["vector_add", "softmax", "layernorm", "rmsnorm", "row_sum", "silu_mul", "matmul",
