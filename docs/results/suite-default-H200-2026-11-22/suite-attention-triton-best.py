@@ -12,9 +12,9 @@ import triton.language as tl
 @triton.autotune(
     configs=[
         triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
-        for block_m, block_n in ((32, 32), (64, 32), (32, 64), (64, 64))
+        for block_m, block_n in ((32, 32), (64, 32), (32, 64), (64, 64), (128, 64), (128, 128))
         for warps in (4, 8)
-        for stages in (2, 3, 4)
+        for stages in (2, 3)
     ],
     key=["seq", "heads", "HEAD_DIM"],
 )
