@@ -224,5 +224,3 @@ class TritonTileIRConfigs(PatternRecipe):
                          ": expect 10-50% on the tileir backend where one program per SM leaves bandwidth idle, ~0 "
                          "where the kernel already saturates it; no change on other backends (the configs never "
                          "reach them); the first call per key compiles the extra configs", code)
-
-
