@@ -26,6 +26,7 @@ class Recipe(Protocol):
     languages: tuple[str, ...]
 
     def applies(self, analysis: Analysis) -> bool: ...
+    # optional: `inapplicable(analysis) -> str`, why `applies` said no, where that is not the kernel class
 
     def candidates(self, source: str, analysis: Analysis) -> list[Candidate]: ...
 
@@ -87,7 +88,9 @@ def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Seq
         if recipe.id in skip:
             out[recipe.id] = "skipped (--skip-recipe)"
         elif not recipe.applies(analysis):
-            out[recipe.id] = f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
+            own = getattr(recipe, "inapplicable", None)  # a recipe whose test is not the kernel class says its own
+            out[recipe.id] = (own(analysis) if own else None) or \
+                f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
         else:
             cands, reason = attempt(recipe, source, analysis)
             left = [c for c in cands if c.key not in tried]

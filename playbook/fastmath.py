@@ -142,6 +142,10 @@ class FastMath(PatternRecipe):
     def applies(self, analysis: Analysis) -> bool:
         return analysis.language == "triton" and "exp" in analysis.calls
 
+    def inapplicable(self, analysis: Analysis) -> str:
+        """Why it does not apply, for `why_nothing`: the kernel calls no exp (any more)."""
+        return "no tl.exp call in the kernel (none, or an earlier rewrite replaced them)"
+
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al = aliases(module)

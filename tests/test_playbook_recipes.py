@@ -672,3 +672,17 @@ def test_why_nothing_gives_each_recipe_its_reason():
     assert set(why) == {r.id for r in playbook.recipes() if "triton" in r.languages}
     fresh = why_nothing(src, analyze(src), tried=[])
     assert fresh["triton-autotune"] == "1 of 1 candidate(s) untried"
+
+
+def test_why_nothing_says_fast_math_found_no_exp_once_exp2_replaced_them():
+    """A GPU run of Triton softmax kept the exp2 rewrite; its exhausted stop then said fast-math
+    'does not apply to a triton norm-like kernel', which read as if it had never applied."""
+    from playbook.analysis import analyze
+    from playbook.base import why_nothing
+
+    src = (REPO_ROOT / "kernels" / "softmax" / "softmax_triton.py").read_text()
+    assert why_nothing(src, analyze(src), tried=[])["fast-math"] == "1 of 1 candidate(s) untried"
+    (cand,) = [c for c in playbook.get("fast-math").candidates(src, analyze(src))]
+    after = why_nothing(cand.source, analyze(cand.source), tried=[cand.key])
+    assert after["fast-math"] == "no tl.exp call in the kernel (none, or an earlier rewrite replaced them)"
+    assert after["grouped-ordering"] == "does not apply to a triton norm-like kernel"
