@@ -145,7 +145,12 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
     records = out["records"]
     assert records[0]["optimization"] == "baseline" and len(records) == 3
     assert "@triton.autotune" in records[1]["optimization"]  # memory-bound: the autotune space first
-    assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS"))
+    # the interpreter runs an autotuned kernel's first config (the current one), so the candidate is
+    # usually within noise and reverted; interpreter noise can keep it. Either way the next move follows:
+    if records[1]["status"] == "keep":  # block sizes and warps now belong to the tuner: the next recipe
+        assert "persistent" in records[2]["optimization"], records[2]["optimization"]
+    else:
+        assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS")), records[2]["optimization"]
 
     # interrupt the next iteration during its measurement, then resume: recorded once, as crash (interrupted)
     from loop import experiment
