@@ -528,7 +528,7 @@ def cmd_playbook(args, settings) -> int:
 
     import playbook
     from playbook.analysis import analyze
-    from playbook.base import attempt
+    from playbook.base import attempt, inapplicable
 
     if args.action == "list":
         rows = [{"id": r.id, "languages": ",".join(r.languages), "title": r.title} for r in playbook.recipes()]
@@ -553,7 +553,7 @@ def cmd_playbook(args, settings) -> int:
     an = analyze(src)
     if an.language not in recipe.languages or not recipe.applies(an):
         cands = []
-        note = f"{recipe.id} does not apply to this {an.language} {an.kernel_class} kernel"
+        note = f"{recipe.id} {inapplicable(recipe, an)}"
     else:
         cands, why = attempt(recipe, src, an)
         note = (f"{len(cands)} candidate(s)" if cands else

@@ -88,9 +88,7 @@ def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Seq
         if recipe.id in skip:
             out[recipe.id] = "skipped (--skip-recipe)"
         elif not recipe.applies(analysis):
-            own = getattr(recipe, "inapplicable", None)  # a recipe whose test is not the kernel class says its own
-            out[recipe.id] = (own(analysis) if own else None) or \
-                f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
+            out[recipe.id] = inapplicable(recipe, analysis)
         else:
             cands, reason = attempt(recipe, source, analysis)
             left = [c for c in cands if c.key not in tried]
@@ -98,6 +96,13 @@ def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Seq
                               f"{len(cands)} candidate(s), all tried" if not left else
                               f"{len(left)} of {len(cands)} candidate(s) untried")
     return out
+
+
+def inapplicable(recipe: Recipe, analysis: Analysis) -> str:
+    """Why `recipe.applies(analysis)` said no: the recipe's own reason where its test is not the
+    kernel class (`inapplicable(analysis)`), else the kernel's language and class."""
+    own = getattr(recipe, "inapplicable", None)
+    return (own(analysis) if own else None) or f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
 
 
 def attempt(recipe: Recipe, source: str, analysis: Analysis) -> tuple[list[Candidate], str | None]:

@@ -414,5 +414,7 @@ class PatternRecipe:
     def skip_reason(self, source: str, analysis) -> str | None:
         """Why this recipe proposes nothing for `source` (None when it proposes something)."""
         if not self.applies(analysis):
-            return f"{self.id} does not apply to a {analysis.language} {analysis.kernel_class} kernel"
+            from playbook.base import inapplicable
+
+            return f"{self.id} {inapplicable(self, analysis)}"
         return self.attempt(source, analysis)[1]
