@@ -19,13 +19,18 @@ NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}
 # math rewrites last (they rarely matter when memory is the limit). The space goes first because
 # the stop rules end a run after two misses in a row: on an H200 the block steps of the reference
 # row kernels won 3-25% each and then stopped with the 1-warp programs untouched (suite of
-# 2026-11-22), while one autotune candidate covers those steps and the warps at once. Dot: the autotune space (tiles x warps x stages) first, then tensor descriptors
-# (TMA loads and stores of the tiles), then program order for L2 reuse, then pipelining depth.
+# 2026-11-22), while one autotune candidate covers those steps and the warps at once. Then (after
+# the Tile IR configs, which extend that space on tileir runs) the whole row in one block, for row
+# kernels that walk their row in several passes: the tuned chunked softmax and layernorm of that
+# suite stopped at 0.75-0.77 of clone bandwidth with the SM 71-75% busy (instruction-bound: each
+# pass reloads the row and recomputes what the others computed). Dot: the autotune space (tiles x
+# warps x stages) first, then tensor descriptors (TMA loads and stores of the tiles), then program
+# order for L2 reuse, then pipelining depth.
 # Tile IR configs (occupancy, num_ctas; proposed on tileir runs only) extend the autotune space,
 # so they follow it; persistent scheduling follows them for memory-bound classes and follows
 # grouped ordering for dot kernels (the TileGym perf-knobs order, with autotune kept first).
-_TRITON_MEMORY = ["autotune", "tileir-configs", "block", "persistent", "num_warps", "eviction", "num_stages", "exp2",
-                  "sigmoid"]
+_TRITON_MEMORY = ["autotune", "tileir-configs", "whole-row", "block", "persistent", "num_warps", "eviction",
+                  "num_stages", "exp2", "sigmoid"]
 TRITON_PRIORITY = {
     "element-wise": _TRITON_MEMORY,
     "norm-like": _TRITON_MEMORY,
@@ -67,8 +72,10 @@ PRIORITY = TRITON_PRIORITY  # the Triton table, under its earlier name
 # Compute-bound: the instruction mix and tile shape; cache policy cannot help.
 BOTTLENECK_ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "latency-bound": (("occupancy", "tileir-configs", "persistent", "block", "num_warps", "num_stages", "latency"), ()),
-    "memory-bound": (("block", "eviction", "store-tma", "tma", "num_stages"), ("exp2", "sigmoid", "approx", "ftz")),
-    "compute-bound": (("autotune", "grouped-ordering", "exp2", "sigmoid", "approx", "ftz"), ("eviction", "store-tma")),
+    "memory-bound": (("whole-row", "block", "eviction", "store-tma", "tma", "num_stages"),
+                     ("exp2", "sigmoid", "approx", "ftz")),
+    "compute-bound": (("autotune", "whole-row", "grouped-ordering", "exp2", "sigmoid", "approx", "ftz"),
+                      ("eviction", "store-tma")),
     "balanced": ((), ()),
 }
 

@@ -61,7 +61,7 @@ def _load() -> None:
     from playbook import cutile_autotune  # noqa: F401
     from playbook import persistent, tileir_configs  # noqa: F401
     from playbook import cutile_grouped, cutile_schedule, cutile_tf32, cutile_tma  # noqa: F401
-    from playbook import cutile_row_chunks  # noqa: F401
+    from playbook import cutile_row_chunks, whole_row  # noqa: F401
 
 
 def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],

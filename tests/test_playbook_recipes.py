@@ -592,7 +592,8 @@ def test_priority_tables_cover_every_kind_the_recipes_emit():
     assert triton_kinds <= set().union(*TRITON_PRIORITY.values())
     assert cutile_kinds <= set().union(*CUTILE_PRIORITY.values())
     mem = TRITON_PRIORITY["element-wise"]
-    assert mem[:7] == ["autotune", "tileir-configs", "block", "persistent", "num_warps", "eviction", "num_stages"]
+    assert mem[:8] == ["autotune", "tileir-configs", "whole-row", "block", "persistent", "num_warps", "eviction",
+                       "num_stages"]
     dot = ["autotune", "tma", "grouped-ordering", "num_stages"]
     assert [k for k in TRITON_PRIORITY["dot"] if k in dot] == dot
     for cls, order in CUTILE_PRIORITY.items():

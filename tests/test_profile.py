@@ -324,10 +324,10 @@ def test_profile_inside_a_run_is_stored_and_reorders_the_playbook(kernel_repo, f
     assert payload["kernels"][0]["kernel"] == "add_kernel" and payload["kernels"][0]["launches"] == 3
     assert payload["bottleneck"]["class"] == "memory-bound" and payload["bottleneck"]["kernel"] == "add_kernel"
     static, order = TRITON_PRIORITY["element-wise"], payload["priority"]
-    promoted = ["block", "eviction", "store-tma", "tma", "num_stages"]
-    assert order[:5] == promoted and order[-2:] == ["exp2", "sigmoid"]  # math rewrites cannot help: last
+    promoted = ["whole-row", "block", "eviction", "store-tma", "tma", "num_stages"]
+    assert order[:6] == promoted and order[-2:] == ["exp2", "sigmoid"]  # math rewrites cannot help: last
     assert sorted(order) == sorted(set(static) | set(promoted))
-    middle = order[5:-2]
+    middle = order[6:-2]
     assert middle == [k for k in static if k in middle]  # the rest keeps the static order
     assert order != static
     run_dir = st.run_dir(kernel_repo, state.run_id)
