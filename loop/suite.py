@@ -7,7 +7,10 @@ folder together with the run's report, plot and perf_results.md. Each run is a s
 an optional wall-clock limit; a run cut off by it is repaired (`resume --no-continue`), so its
 record stays consistent, and its entry says that it was cut off. `suite run --resume` continues a
 suite that was stopped (killed, or a machine taken back): each target whose run exists goes on
-with `tileloop resume` in the worktree that holds it, a finished run keeps the entry it has (it is
+with `tileloop resume` in the worktree that holds it (also when this call has fewer GPUs, or none
+named, than the call that started it: the GPUs given serve the other worktrees in turn, and no
+run is started anew or its branch forgotten because its GPU is missing), a finished run keeps the
+entry it has (it is
 measured again only where that entry has no final measurement, e.g. its report was killed), and
 the other targets start as usual. `--restart TARGET` (with `--resume`) forgets a target's run first
 (its branch, its records in whichever tree holds them, its entry), so it starts anew: for a target
@@ -143,6 +146,17 @@ def existing_run(run_root: Path, target: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def run_trees(root: Path) -> list[Path]:
+    """Where a suite's runs can live: the repository and every worktree a suite made under
+    sandbox/suite-worktrees/, whichever GPUs the current call was given."""
+    return [root] + sorted(p for p in (root / "sandbox" / WORKTREES).glob("gpu*") if p.is_dir())
+
+
+def holder_of(root: Path, target: str) -> Path | None:
+    """The tree (of `run_trees`) that holds the target's suite run, if one was started anywhere."""
+    return next((tree for tree in run_trees(root) if existing_run(tree, target) is not None), None)
+
+
 def forget_run(trees: list[Path], target: str, out_dir: Path | None = None) -> list[str]:
     """Forget the target's suite run: its branch, its records in each of `trees` (the repository
     and its worktrees), and with `out_dir` its entry, report and log there. What was removed."""
@@ -216,6 +230,12 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
     run_id = run_id_of(target)
     state = existing_run(run_root, target) if resume else None
     if resume and (state is None or state.get("last_iteration", -1) < 0):
+        elsewhere = [tree for tree in run_trees(root) if tree != run_root and existing_run(tree, target) is not None]
+        if elsewhere:  # never forget (branch included) a run that lives in another tree
+            where = ", ".join(str(t.relative_to(root)) if t != root else "the repository" for t in elsewhere)
+            log(f"[suite] {target}: its run lives in {where}, not here; left alone")
+            return {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path),
+                    "error": f"its run lives in {where}: suite run --resume goes on there"}
         # killed before its baseline was recorded: nothing to continue; clear what it left and start over
         forget_run([run_root], target)
         state = None
@@ -311,7 +331,7 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
             raise UserError(f"the repository is on the branch of {target}'s run, which was killed mid-experiment",
                             hint="suite run --resume first (it repairs that run), then --restart it")
     if restart:
-        trees = [root] + sorted(p for p in (root / "sandbox" / WORKTREES).glob("gpu*") if p.is_dir())
+        trees = run_trees(root)
         for target in restart:
             gone = forget_run(trees, target, out_dir)
             log(f"[suite] {target}: restart: " + ("forgot " + ", ".join(gone) if gone else "no earlier run"))
@@ -325,7 +345,11 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
             for target in ([killed_here] if killed_here else []) + [t for t in targets if t != killed_here]:
                 if target != killed_here:
                     _git(root, "checkout", "-q", start_branch)
-                done[target] = _run_one(root, root, target, out_dir, per_run_s, extra, _env(), children, log, resume)
+                # with --resume, a run an earlier --gpus suite left in a worktree goes on in that worktree
+                tree = (holder_of(root, target) if resume else None) or root
+                done[target] = _run_one(root, tree, target, out_dir, per_run_s, extra, _env(), children, log, resume)
+                if tree != root:
+                    _git(tree, "checkout", "-q", "--detach", start_sha)  # leave the run's branch free
             _git(root, "checkout", "-q", start_branch)
             return [done[t] for t in targets]
         return _run_parallel(root, start_sha, targets, out_dir, per_run_s, extra, gpus, children, log, resume)
@@ -349,8 +373,18 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
             _git(root, "worktree", "add", "-q", "--detach", str(tree), start_sha)
         trees[gpu] = tree
     queue = list(targets)
-    # a run that exists lives in one worktree (its records are there): with --resume it goes on there
-    owner = {t: g for t in targets for g in gpus if resume and existing_run(trees[g], t) is not None}
+    # A run that exists lives in one worktree (its records are there): with --resume it goes on
+    # there, on the GPU of that worktree. Worktrees of GPUs this call was not given (an earlier
+    # call had more) are served by the given GPUs in turn, so no run is started anew, and none of
+    # its branches forgotten, because its GPU is missing now.
+    given = set(trees.values())
+    orphans = [t for t in run_trees(root)[1:] if t not in given]
+    served = {**{tree: gpu for gpu, tree in trees.items()}, **{t: gpus[i % len(gpus)] for i, t in enumerate(orphans)}}
+    holder = {}
+    for t in targets:
+        found = next((tree for tree in [*trees.values(), *orphans] if resume and existing_run(tree, t) is not None), None)
+        if found is not None:
+            holder[t] = found
     lock = threading.Lock()
     results: dict[str, dict] = {}
 
@@ -358,18 +392,19 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
         env = {**_env(), "CUDA_VISIBLE_DEVICES": gpu}
         while True:
             with lock:
-                mine = [t for t in queue if owner.get(t, gpu) == gpu]
+                mine = [t for t in queue if (served[holder[t]] if t in holder else gpu) == gpu]
                 if not mine:
                     return
-                # the run whose branch the tree has checked out first: a kill may have left its
+                # a run whose branch its tree has checked out first: a kill may have left its
                 # candidate uncommitted there, which only its own resume repairs
-                here = _git(trees[gpu], "rev-parse", "--abbrev-ref", "HEAD")
-                target = next((t for t in mine if branch_of(t) == here and t in owner), mine[0])
+                target = next((t for t in mine if t in holder
+                               and _git(holder[t], "rev-parse", "--abbrev-ref", "HEAD") == branch_of(t)), mine[0])
                 queue.remove(target)
-            if target not in owner:
-                _git(trees[gpu], "checkout", "-q", "--detach", start_sha)
+            tree = holder.get(target, trees[gpu])
+            if target not in holder:
+                _git(tree, "checkout", "-q", "--detach", start_sha)
             try:
-                entry = _run_one(root, trees[gpu], target, out_dir, per_run_s, extra, env, children,
+                entry = _run_one(root, tree, target, out_dir, per_run_s, extra, env, children,
                                  lambda m, g=gpu: log(f"[gpu {g}] {m}"), resume)
             except Exception as exc:  # one target's failure must not stop the other GPUs
                 entry = {"schema": ENTRY_SCHEMA, "run": run_id_of(target), "target": target,
@@ -378,7 +413,7 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
             with lock:
                 results[target] = entry
             # leave the run branch free: a branch checked out in a worktree cannot be checked out elsewhere
-            _git(trees[gpu], "checkout", "-q", "--detach", start_sha)
+            _git(tree, "checkout", "-q", "--detach", start_sha)
 
     threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in gpus]
     for t in threads:

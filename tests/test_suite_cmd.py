@@ -108,6 +108,36 @@ def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, ca
     assert "distinct device ids" in capsys.readouterr().err
 
 
+def test_resume_with_fewer_gpus_goes_on_where_the_runs_live(tmp_path, clean_env, capsys):
+    """A suite run on GPUs 0 and 1, then `--resume` with GPU 0 alone and with no --gpus: the run in
+    gpu1's worktree is found there; nothing starts anew and no branch is forgotten (an earlier
+    version looked only in the worktrees of the GPUs given, deleted the run's branch as a run
+    killed before its baseline, and tuned the target again from scratch)."""
+    from tests.conftest import git
+
+    two_op_repo(tmp_path, clean_env)
+    targets = ["kernels/vector_add/vector_add_triton.py", "kernels/row_sum/row_sum_triton.py"]
+    args = ["suite", "run", *targets, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90"]
+    assert main([*args, "--gpus", "0,1", "--json"]) == 0
+    first = {e["run"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
+    tips = {run: git(tmp_path, "rev-parse", f"tileloop/{run}").strip() for run in first}
+    where = {run: e["gpu"] for run, e in first.items()}
+    assert sorted(where.values()) == ["0", "1"]
+    for gpus in (["--gpus", "0"], []):
+        assert main([*args, *gpus, "--resume", "--json"]) == 0
+        out = capsys.readouterr()
+        entries = json.loads(out.out)["entries"]
+        assert all("error" not in e for e in entries), entries
+        assert "tileloop run (" not in out.err and "reporting it again" in out.err
+        assert {run: git(tmp_path, "rev-parse", f"tileloop/{run}").strip() for run in first} == tips
+        for run, gpu in where.items():  # each run's records stay in the one worktree that holds them
+            held = [g for g in ("0", "1") if (tmp_path / "sandbox" / "suite-worktrees" / f"gpu{g}" / "sandbox" / run).is_dir()]
+            assert held == [gpu] and not (tmp_path / "sandbox" / run).exists()
+        assert [e["iterations"] for e in entries] == [first[e["run"]]["iterations"] for e in entries]
+    assert git(tmp_path, "status", "--porcelain") == ""
+    assert git(tmp_path, "worktree", "list", "--porcelain").count("detached") == 2
+
+
 @pytest.mark.slow
 def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, capsys):
     """SIGTERM to `suite run --gpus` once both runs have their baseline, then `suite run --resume`:
