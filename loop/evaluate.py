@@ -174,8 +174,9 @@ def compile_gate(*, workdir: Path, spec_path: Path, target_dir: Path, target: Pa
             return run_worker(workdir, job, backend, settings, cache_root / "aot", name=f"{name}-{i}", procs=procs)
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = [pool.submit(one, i, arch, dtype) for i, (arch, dtype) in enumerate(pairs)]
-            try:
+            futures: list = []
+            try:  # from the first submit: an interrupt between two submits leaves no worker behind either
+                futures.extend(pool.submit(one, i, arch, dtype) for i, (arch, dtype) in enumerate(pairs))
                 raws = [f.result() for f in futures]
             except BaseException:  # Ctrl-C or SIGTERM in the main thread: no compile worker left behind
                 for f in futures:

@@ -268,21 +268,28 @@ def test_an_interrupted_parallel_compile_gate_leaves_no_worker_behind(tmp_path, 
     from loop.settings import Settings
 
     started = []
+    lock = threading.Lock()
 
     def fake_worker(workdir, job, backend, settings, cache_dir, name="worker", procs=None, **kw):
         proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
         procs.append(proc)
-        started.append(proc)
+        with lock:
+            started.append(proc)
+            if len(started) == 2:  # Ctrl-C once both workers run (a timer raced a loaded machine)
+                os.kill(os.getpid(), signal.SIGINT)
         proc.wait()
         return {"status": "ok", "compile": {"ok": True, "results": []}}
 
     monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
     monkeypatch.setattr(loop.evaluate, "run_worker", fake_worker)
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C while both workers run
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises, whatever ran before
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        loop.evaluate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
-                                   target=tmp_path / "t.py", language="triton", archs=["sm_90"], settings=Settings(),
-                                   cache_root=tmp_path, dtypes=["float32", "float16"])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.evaluate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
+                                       target=tmp_path / "t.py", language="triton", archs=["sm_90"],
+                                       settings=Settings(), cache_root=tmp_path, dtypes=["float32", "float16"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(started) == 2 and all(p.wait(timeout=10) is not None for p in started)  # killed, not left sleeping
     assert time.monotonic() - t0 < 30
