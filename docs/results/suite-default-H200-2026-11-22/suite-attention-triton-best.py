@@ -16,7 +16,7 @@ import triton.language as tl
         for warps in (4, 8)
         for stages in (2, 3)
     ],
-    key=["seq", "heads", "HEAD_DIM"],
+    key=["seq", "heads", "HEAD_DIM", "CAUSAL"],
 )
 @triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq, heads, qk_scale,
