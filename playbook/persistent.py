@@ -49,6 +49,7 @@ from playbook.cst_util import (Aliases, Launch, PatternRecipe, SetConstant, Skip
                                walk)
 from playbook.persistent_loop import (WRAPPER_INDENT, Grid, Translator, bound_args, code_of, plan_kernel, resolve_grid,
                                       simple_assign)
+from playbook.whole_row import SUFFIX as WHOLE_ROW_SUFFIX
 
 CONSTANT = "PROGRAMS_PER_SM"
 HELPER = "_num_sms"
@@ -325,9 +326,13 @@ class TritonPersistent(PatternRecipe):
         new = _name_inline_grid(new, name, len(code_of(launch.call.func)))
         new = _add_module_parts(new, launch.wrapper.name.value, programs, warps, dot)
         code = checked(new.code)
-        return Candidate(self.id, "persistent", f"{self.id}:{name}",
-                         f"{name}: persistent, {plan.items} looped over min({plan.items}, SMs x {programs}) programs",
-                         _hypothesis(name, plan.items, programs), code)
+        title = f"{name}: persistent, {plan.items} looped over min({plan.items}, SMs x {programs}) programs"
+        # a kernel with a whole-row twin runs only for rows past the twin's limit: a second thought
+        shadowed = f"{name}{WHOLE_ROW_SUFFIX}" in helpers
+        if shadowed:
+            title += f" (the chunked kernel, for rows past the limit of {name}{WHOLE_ROW_SUFFIX})"
+        return Candidate(self.id, "persistent", f"{self.id}:{name}", title, _hypothesis(name, plan.items, programs),
+                         code, tier=1 if shadowed else 0)
 
     def _steps(self, module: cst.Module) -> list[Candidate]:
         """Second thoughts on a persistent kernel: PROGRAMS_PER_SM halved and doubled."""

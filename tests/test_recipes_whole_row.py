@@ -275,6 +275,23 @@ def test_it_follows_the_autotune_space_on_norm_like_kernels_and_leads_when_a_pro
         assert next_candidate(tuned, analyze(tuned), [first.key], []).key == f"{RID}:{op}_kernel"
 
 
+def test_after_it_the_persistent_grid_goes_to_the_twin_first_and_the_chunked_kernel_waits():
+    """The H200 runs spent a move each on the persistent chunked kernel, which no benchmark row
+    reached: now it is a second thought (tier 1), after every first-line move."""
+    new = rewrite(autotuned("softmax"))
+    persistent = {c.key: c for c in cands(new, "triton-persistent")}
+    assert persistent["triton-persistent:softmax_kernel_row"].tier == 0
+    chunked = persistent["triton-persistent:softmax_kernel"]
+    assert chunked.tier == 1 and "(the chunked kernel, for rows past the limit of softmax_kernel_row)" in chunked.title
+    tried = ["triton-autotune:softmax_kernel", f"{RID}:softmax_kernel"]
+    order = []
+    while (c := next_candidate(new, analyze(new), tried, [])) is not None:
+        tried.append(c.key)
+        order.append(c.key)
+    assert order.index("triton-persistent:softmax_kernel_row") < order.index("fast-math:exp2") \
+        < order.index("triton-persistent:softmax_kernel")
+
+
 # --------------------------------------------------------------------------- the rewrites still compute the op
 
 
