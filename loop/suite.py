@@ -380,11 +380,8 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
     given = set(trees.values())
     orphans = [t for t in run_trees(root)[1:] if t not in given]
     served = {**{tree: gpu for gpu, tree in trees.items()}, **{t: gpus[i % len(gpus)] for i, t in enumerate(orphans)}}
-    holder = {}
-    for t in targets:
-        found = next((tree for tree in [*trees.values(), *orphans] if resume and existing_run(tree, t) is not None), None)
-        if found is not None:
-            holder[t] = found
+    # (a run in the repository itself, from a suite without --gpus, is left to _run_one to refuse)
+    holder = {t: tree for t in targets if resume and (tree := holder_of(root, t)) not in (None, root)}
     lock = threading.Lock()
     results: dict[str, dict] = {}
 

@@ -158,6 +158,35 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
+def assigned_names(node: cst.CSTNode) -> set[str]:
+    """Names a statement (or block) binds, anywhere inside it: assignment, augmented and annotated
+    assignment targets, loop targets, `:=` targets."""
+    out: set[str] = set()
+    for n in walk(node):
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            targets = [n.target]
+        else:
+            continue
+        for t in targets:
+            if isinstance(t, (cst.Name, cst.Tuple, cst.List)):
+                out |= {m.value for m in walk(t) if isinstance(m, cst.Name)}
+    return out
+
+
+class ShiftContinuation(cst.CSTTransformer):
+    """Continuation lines moved right by `by` columns (to stay aligned after a longer name)."""
+
+    def __init__(self, by: int):
+        self.by = by
+
+    def leave_ParenthesizedWhitespace(self, original, updated):
+        if updated.indent and self.by > 0:
+            return updated.with_changes(last_line=cst.SimpleWhitespace(updated.last_line.value + " " * self.by))
+        return updated
+
+
 def params(fn: cst.FunctionDef) -> list[cst.Param]:
     p = fn.params
     return [*p.posonly_params, *p.params, *p.kwonly_params]

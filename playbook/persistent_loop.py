@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from playbook.cst_util import (Aliases, Launch, Skip, calls, is_call, is_constexpr, names_in, params, walk)
+from playbook.cst_util import (Aliases, Launch, Skip, assigned_names, calls, is_call, is_constexpr, names_in, params,
+                               walk)
 from playbook.eviction import assignments
 
 HOISTABLE = {"arange", "cdiv", "minimum", "maximum", "multiple_of", "max_contiguous", "full", "zeros"}
@@ -197,22 +198,6 @@ def _linear_pid(value: cst.BaseExpression, tl: str, size0: str) -> bool:
     return False
 
 
-def _assigned_names(stmt: cst.CSTNode) -> set[str]:
-    """Names a statement binds, anywhere inside it (assignments, augmented assignments, for targets)."""
-    out: set[str] = set()
-    for node in walk(stmt):
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
-            targets = [node.target]
-        else:
-            continue
-        for t in targets:
-            if isinstance(t, (cst.Name, cst.Tuple, cst.List)):
-                out |= {n.value for n in walk(t) if isinstance(n, cst.Name)}
-    return out
-
-
 def _hoistable(stmt: cst.CSTNode) -> bool:
     """Only cheap, side-effect-free index arithmetic moves out of the loop (never a load)."""
     for node in walk(stmt):
@@ -331,7 +316,7 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
             hoisted.append(new)
         else:
             body.append(new)
-            tainted |= _assigned_names(new)
+            tainted |= assigned_names(new)
 
     # the loop, and for multi-axis grids the program ids decoded from the tile index (axis 0 fastest)
     decode: list[cst.BaseStatement] = []

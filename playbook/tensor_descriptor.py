@@ -35,9 +35,9 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, checked, is_call, module_functions, only_launch,
-                               params, parse, per_kernel, proposed, replace, triton_aliases, triton_kernels,
-                               triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, ShiftContinuation, Skip, checked, is_call,
+                               module_functions, only_launch, params, parse, per_kernel, proposed, replace,
+                               triton_aliases, triton_kernels, triton_launches, walk)
 from playbook.hazards import scan
 from playbook.pointer_blocks import Block, KernelBlocks, assign, code, free_names, norm
 
@@ -133,18 +133,6 @@ def _desc_name(block: str, taken: set[str]) -> str:
     while name in taken:
         name = f"{name}_"
     return name
-
-
-class _Shift(cst.CSTTransformer):
-    """Continuation lines moved right by `by` columns (to stay aligned after a longer name)."""
-
-    def __init__(self, by: int):
-        self.by = by
-
-    def leave_ParenthesizedWhitespace(self, original, updated):
-        if updated.indent and self.by > 0:
-            return updated.with_changes(last_line=cst.SimpleWhitespace(updated.last_line.value + " " * self.by))
-        return updated
 
 
 def _torch_alias(module: cst.Module) -> str | None:
@@ -255,7 +243,7 @@ class TritonTensorDescriptor(PatternRecipe):
         twin = _drop_dead(twin, _reads(fn), tl)
         note = cst.EmptyLine(comment=cst.Comment(
             f"# {name} through tensor descriptors (TMA): the same tiles; the descriptors handle the bounds"))
-        twin = twin.with_changes(name=cst.Name(f"{name}{SUFFIX}"), params=twin.params.visit(_Shift(len(SUFFIX))),
+        twin = twin.with_changes(name=cst.Name(f"{name}{SUFFIX}"), params=twin.params.visit(ShiftContinuation(len(SUFFIX))),
                                  leading_lines=[cst.EmptyLine(), cst.EmptyLine(), note])
         new_source = checked(self._wire(module, al, fn, twin, launch, blocks).code)
 
@@ -303,7 +291,7 @@ class TritonTensorDescriptor(PatternRecipe):
             "    else:\n"
             "        pass\n").body[0].body.body[0]
         twin_launch = stmt.visit(_Replace({launch.call.func.value: cst.Name(twin.name.value)}))
-        twin_launch = twin_launch.visit(_Shift(len(twin.name.value) - len(fn.name.value)))
+        twin_launch = twin_launch.visit(ShiftContinuation(len(twin.name.value) - len(fn.name.value)))
         dispatch = shell.with_changes(
             leading_lines=[*stmt.leading_lines, *shell.leading_lines],
             body=shell.body.with_changes(body=[shell.body.body[0], twin_launch.with_changes(leading_lines=[])]),

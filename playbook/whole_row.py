@@ -44,13 +44,12 @@ import libcst as cst
 from playbook.analysis import Analysis
 from playbook.autotune import is_size, size_names
 from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, add_kwarg, add_module_constant, assign_of, calls,
-                               checked, is_constexpr, is_triton_jit, kwarg_value, module_functions,
-                               module_int_constants, names_in, only_launch, params, parse, per_kernel, proposed,
-                               remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches, walk)
+from playbook.cst_util import (Aliases, Launch, PatternRecipe, ShiftContinuation, Skip, add_kwarg, add_module_constant,
+                               assign_of, assigned_names, calls, checked, is_constexpr, is_triton_jit, kwarg_value,
+                               module_functions, module_int_constants, names_in, only_launch, params, parse, per_kernel,
+                               proposed, remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches, walk)
 from playbook.hazards import scan
-from playbook.persistent_loop import bound_args
-from playbook.tensor_descriptor import _Shift
+from playbook.persistent_loop import bound_args, code_of
 
 SUFFIX = "_row"
 LIMIT = "MAX_ROW_BLOCK"
@@ -70,33 +69,6 @@ HYPOTHESIS = ("{kernel} reads each row in {passes} pass(es) of BLOCK-column chun
               "block (up to {limit} columns, num_warps tuned per row width) the row is loaded once and what the "
               "passes share is computed once, so an instruction-bound row kernel should move toward clone "
               "bandwidth; rows wider than {limit} keep the chunked kernel")
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _assigned(node: cst.CSTNode) -> set[str]:
-    """Names a statement (or block) binds: assignment targets, `+=` targets, loop targets, `:=`."""
-    out: set[str] = set()
-
-    def targets(t: cst.BaseExpression) -> None:
-        if isinstance(t, cst.Name):
-            out.add(t.value)
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            for e in t.elements:
-                targets(e.value)
-        elif isinstance(t, cst.StarredElement):
-            targets(t.value)
-
-    for n in walk(node):
-        if isinstance(n, cst.AssignTarget):
-            targets(n.target)
-        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For)):
-            targets(n.target)
-        elif isinstance(n, cst.NamedExpr):
-            targets(n.target)
-    return out
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.BaseStatement]:
@@ -130,20 +102,20 @@ def _row_loops(fn: cst.FunctionDef, al: Aliases) -> tuple[list[cst.For], str, st
                 and isinstance(args[2].value, cst.Name) and args[2].value.value in constexpr
                 and isinstance(loop.target, cst.Name)):
             raise Skip(f"{name}: a loop that is not `for v in range(0, n, BLOCK)` over a runtime width n "
-                       f"and a constexpr BLOCK: `for {_code(loop.target)} in {_code(it)}`")
+                       f"and a constexpr BLOCK: `for {code_of(loop.target)} in {code_of(it)}`")
         here = (args[1].value.value, args[2].value.value)
         if pair is not None and here != pair:
             raise Skip(f"{name}: its loops walk different extents ({', '.join(pair)} and {', '.join(here)})")
         pair = here
         if loop.orelse is not None or any(isinstance(n, (cst.Break, cst.Continue)) for n in walk(loop.body)):
             raise Skip(f"{name}: a row loop with else, break or continue")
-        if loop.target.value in _assigned(loop.body):
+        if loop.target.value in assigned_names(loop.body):
             raise Skip(f"{name}: the loop variable {loop.target.value} is assigned in the loop")
         for store in calls(loop.body, al.tl, "store"):
             if kwarg_value(store, "mask") is None and len(store.args) < 3:
                 raise Skip(f"{name}: an unmasked tl.store in a row loop (a row of width 0 would store)")
     assert pair is not None
-    if set(pair) & _assigned(fn.body):
+    if set(pair) & assigned_names(fn.body):
         raise Skip(f"{name} assigns {' or '.join(pair)} in its body")
     return loops, pair[0], pair[1]
 
@@ -184,7 +156,7 @@ def dedupe(stmts: list[cst.BaseStatement], tl: str) -> tuple[list[cst.BaseStatem
         a = assign_of(s)
         if a is not None:
             target, value = a
-            code = _code(value)
+            code = code_of(value)
             if target in held and held[target][0] == code:
                 dropped += 1
                 continue
@@ -194,7 +166,7 @@ def dedupe(stmts: list[cst.BaseStatement], tl: str) -> tuple[list[cst.BaseStatem
                 held[target] = (code, reads, bool(calls(value, tl, "load")))
             out.append(s)
             continue
-        forget(_assigned(s))
+        forget(assigned_names(s))
         if not isinstance(s, cst.SimpleStatementLine):
             held.clear()  # a branch or a block: what it did is not followed
         elif any(isinstance(x, cst.Expr) for x in s.body):
@@ -228,7 +200,7 @@ def _twin(fn: cst.FunctionDef, al: Aliases, loops: list[cst.For], block: str) ->
     twin = fn.with_changes(name=cst.Name(f"{name}{SUFFIX}"), decorators=decorators,
                            body=fn.body.with_changes(body=body),
                            leading_lines=[cst.EmptyLine(), cst.EmptyLine(), note])
-    twin = twin.with_changes(params=twin.params.visit(_Shift(len(SUFFIX))))
+    twin = twin.with_changes(params=twin.params.visit(ShiftContinuation(len(SUFFIX))))
     return twin, dropped
 
 
@@ -275,7 +247,7 @@ class TritonWholeRow(PatternRecipe):
             raise Skip(f"the launch of {name} passes {block} by position")
         sizes = size_names(launch.wrapper)
         if not is_size(bound[width], sizes):
-            raise Skip(f"the argument for {width} (`{_code(bound[width])}`) is not a tensor size in "
+            raise Skip(f"the argument for {width} (`{code_of(bound[width])}`) is not a tensor size in "
                        f"{launch.wrapper.name.value}")
         grid = [launch.grid]
         if isinstance(launch.grid, cst.Name):
@@ -319,10 +291,10 @@ class TritonWholeRow(PatternRecipe):
             launch_body.append(cst.parse_statement(
                 f"{warps} = min({MAX_WARPS}, max({MIN_WARPS}, {local} // {COLUMNS_PER_WARP}))  "
                 f"# {COLUMNS_PER_WARP // 32} columns per thread (not tuned: the kernel writes what it reads)\n"))
-        launch_body.append(cst.SimpleStatementLine(body=[cst.Expr(call)]).visit(_Shift(len(SUFFIX))))
+        launch_body.append(cst.SimpleStatementLine(body=[cst.Expr(call)]).visit(ShiftContinuation(len(SUFFIX))))
         shell = cst.parse_module(
             "def _f():\n"
-            f"    {local} = {tri}.next_power_of_2({_code(bound[width])})\n"
+            f"    {local} = {tri}.next_power_of_2({code_of(bound[width])})\n"
             f"    if {local} <= {LIMIT}:  # the whole row in one block, read once\n"
             "        pass\n"
             f"    else:  # wider rows: the chunked kernel\n"

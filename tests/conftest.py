@@ -31,6 +31,12 @@ def git(root: Path, *args: str) -> str:
     return out.stdout
 
 
+def section(source: str, start: str, end: str) -> str:
+    """The text of `source` from `start` up to (not including) the next `end` after it."""
+    i = source.index(start)
+    return source[i:source.index(end, i + len(start))]
+
+
 def materialise(root: Path, op: str, lang: str, source: str, **spec_values) -> Path:
     """A copy of kernels/<op>/ at root/<op> with `source` as its target <op>_<lang>.py and, for
     each keyword, that top-level assignment of its spec.py replaced (DTYPES=[...],

@@ -22,7 +22,7 @@ import pytest
 import playbook
 from playbook import next_candidate
 from playbook.analysis import TRITON_PRIORITY, analyze
-from tests.conftest import materialise
+from tests.conftest import materialise, section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -41,12 +41,6 @@ def rewrite(source: str) -> str:
 
 def reason(source: str) -> str:
     return playbook.get(RID).skip_reason(source, analyze(source))
-
-
-def section(source: str, start: str, end: str) -> str:
-    """The text of `source` from the line starting with `start` up to (not including) `end`."""
-    i = source.index(start)
-    return source[i:source.index(end, i + len(start))]
 
 
 # --------------------------------------------------------------------------- golden rewrites

@@ -23,7 +23,7 @@ from loop.settings import Settings
 from playbook import next_candidate
 from playbook.analysis import BOTTLENECK_ORDER, TRITON_PRIORITY, analyze
 from playbook.whole_row import dedupe
-from tests.conftest import materialise
+from tests.conftest import materialise, section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
@@ -45,11 +45,6 @@ def rewrite(source: str) -> str:
 
 def reason(source: str) -> str:
     return playbook.get(RID).skip_reason(source, analyze(source))
-
-
-def section(source: str, start: str, end: str) -> str:
-    i = source.index(start)
-    return source[i:source.index(end, i + len(start))]
 
 
 def autotuned(op: str) -> str:
