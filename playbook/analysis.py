@@ -6,7 +6,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from loop.contract import detect_language
+from loop.common.language import detect_language
 
 REDUCTIONS = {"sum", "max", "min", "reduce", "argmax", "argmin", "xor_sum"}
 NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from loop.errors import UserError
+from loop.common.errors import UserError
 from playbook.analysis import Analysis
 
 

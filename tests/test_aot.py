@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loop.cli import main
-from loop.contract import spec_dtypes as contract_spec_dtypes
+from loop.target.contract import spec_dtypes as contract_spec_dtypes
 
 pytestmark = pytest.mark.slow
 
@@ -160,7 +160,7 @@ def test_the_tmp_triton_kernel_compiles_when_it_is_not_broken(tmp_path, env, cap
 def parallel(request, monkeypatch):
     """The compile gate with one worker for everything, and with one worker per (arch, dtype) at
     once (what a machine with cores to spare does; CI has 2 cores and would run one worker)."""
-    import loop.evaluate
+    import loop.measure.evaluate
 
     if request.param == "parallel":
         monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
@@ -182,13 +182,13 @@ def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys,
 
 
 def test_parallel_compile_gate_reports_what_one_worker_reports(tmp_path, env, capsys, monkeypatch):
-    import loop.evaluate
+    import loop.measure.evaluate
 
     target = write_op(tmp_path, "double_triton.py", TRITON_TARGET.replace("{ARANGE}", "BLOCK"))
     (target.parent / "spec.py").write_text(SPEC.replace('DTYPES = ["float32"]', 'DTYPES = ["float32", "float16"]'))
     rc, one = compile_json(capsys, str(target), "--arch", "sm_90,sm_100")
     spawned = []
-    real = loop.evaluate.run_worker
+    real = loop.measure.evaluate.run_worker
 
     def counting(*args, **kwargs):
         spawned.append(args[1])
@@ -264,8 +264,8 @@ def test_an_interrupted_parallel_compile_gate_leaves_no_worker_behind(tmp_path, 
     import threading
     import time
 
-    import loop.evaluate
-    from loop.settings import Settings
+    import loop.measure.evaluate
+    from loop.common.settings import Settings
 
     started = []
     lock = threading.Lock()
@@ -286,7 +286,7 @@ def test_an_interrupted_parallel_compile_gate_leaves_no_worker_behind(tmp_path, 
     t0 = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            loop.evaluate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
+            loop.measure.evaluate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
                                        target=tmp_path / "t.py", language="triton", archs=["sm_90"],
                                        settings=Settings(), cache_root=tmp_path, dtypes=["float32", "float16"])
     finally:

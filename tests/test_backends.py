@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from loop import backends, doctor, worker
+from loop import backends
+from loop.tools import doctor
+from loop.worker import jobs as worker
 from loop.backends import Availability, availability, default_target, tileiras_environment
-from loop.errors import UserError
-from loop.evaluate import to_backend_result
-from loop.records import BackendResult
-from loop.sandbox import _worker_env
+from loop.common.errors import UserError
+from loop.measure.evaluate import to_backend_result
+from loop.records.results import BackendResult
+from loop.measure.launch import _worker_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -478,7 +480,7 @@ def test_proof_on_real_triton_jit_caches(monkeypatch):
     ahead of time for sm_90 (a 'cuda' target): asked for tileir, it must report the fallback."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from loop import aot
+    from loop.worker import aot
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     modules = {}

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import copy_vector_add, git
 from loop import cli
-from loop import experiment as experiment_mod
+from loop.run import experiment as experiment_mod
 
 TARGET = "kernels/vector_add/vector_add_triton.py"
 

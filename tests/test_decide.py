@@ -10,8 +10,7 @@ import random
 
 import pytest
 
-from loop.decide import (CRASH_STATUSES, Decision, Policy, Progress, ShapeComparison, combine, compare_shape, decide,
-                         stop_state)
+from loop.decide import CRASH_STATUSES, Decision, Policy, Progress, ShapeComparison, combine, compare_shape, decide, stop_state
 
 POLICY = Policy()
 
@@ -403,7 +402,7 @@ def test_an_interruption_is_not_a_crash_for_the_stop_rules():
     as an iteration, but neither as a crash nor as a non-improvement."""
     from types import SimpleNamespace
 
-    from loop.experiment import Experiment
+    from loop.run.experiment import Experiment
 
     state = SimpleNamespace(last_iteration=3, active_s=10.0, outcomes=["keep", "crash", "crash"],
                             verdicts=["improved", "compile_error", "interrupted"], crash_causes=["compile_error", "interrupted"])

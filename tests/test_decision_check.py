@@ -18,8 +18,9 @@ import pytest
 
 from loop import decide
 from loop.cli import main
-from loop.decision_check import parse_shape, read_events, summarize, trial_rows, wilson
-from loop.decision_worker import MAX_PROBES, BadInput, _bench_dtype, _shapes, next_size
+from loop.tools.decision_check import parse_shape, read_events, summarize, trial_rows, wilson
+from loop.common.jobs import MAX_PROBES
+from loop.worker.decision_job import BadInput, _bench_dtype, _shapes, next_size
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "json.md"
@@ -119,16 +120,16 @@ def test_a_suspicious_speedup_is_decided_by_its_second_measurement_like_the_loop
 
 
 def test_the_worker_measures_again_exactly_when_the_loop_would():
-    from loop.decision_worker import _suspicious
+    from loop.worker.decision_job import remeasure_wanted
 
     rng = random.Random(5)
-    assert _suspicious([timing_entry((8,), *samples(rng, 1.0)), timing_entry((16,), *samples(rng, 1 / 3.4))], POLICY)
-    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 2.8))], POLICY)
-    assert not _suspicious([timing_entry((8,), *samples(rng, 1 / 3.4), ok=False)], POLICY)  # incorrect: decided as such
+    assert remeasure_wanted([timing_entry((8,), *samples(rng, 1.0)), timing_entry((16,), *samples(rng, 1 / 3.4))], POLICY.to_json())
+    assert not remeasure_wanted([timing_entry((8,), *samples(rng, 1 / 2.8))], POLICY.to_json())
+    assert not remeasure_wanted([timing_entry((8,), *samples(rng, 1 / 3.4), ok=False)], POLICY.to_json())  # incorrect: decided as such
     for factor in (1 / 3.4, 1 / 2.8, 1.0):  # the trigger agrees with decide() on a single shape
         entry = timing_entry((8,), *samples(rng, factor))
         (r,) = trial_rows({"trial": 0, "scenario": "speedup", "timing": {"shapes": [entry]}}, POLICY)
-        assert (r["action"] == "remeasure") == _suspicious([entry], POLICY)
+        assert (r["action"] == "remeasure") == remeasure_wanted([entry], POLICY.to_json())
 
 
 def test_wrong_output_of_a_timed_run_reverts_every_row_as_incorrect():
@@ -294,7 +295,8 @@ def test_every_json_field_is_documented(cpu_check):
 @pytest.mark.slow
 def test_cpu_speedups_over_the_suspicious_limit_are_measured_again_and_decided_on_that(tmp_path):
     """With the limit lowered under the planted doubling, every speedup trial takes the loop's second look."""
-    from loop import decision_check, settings as settings_mod
+    from loop.tools import decision_check
+    from loop.common import settings as settings_mod
 
     shutil.copytree(KERNELS / "vector_add", tmp_path / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
     policy = decide.Policy(suspicious=1.2)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from loop import gitops, history
+from loop.records import gitops, history
 from loop.cli import main
-from loop.records import Row, read_records
+from loop.records.results import Row, read_records
 
 pytestmark = pytest.mark.slow
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
@@ -153,7 +153,7 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
         assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS")), records[2]["optimization"]
 
     # interrupt the next iteration during its measurement, then resume: recorded once, as crash (interrupted)
-    from loop import experiment
+    from loop.run import experiment
 
     def killed(**kwargs):
         raise KeyboardInterrupt

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import git
-from loop import external, gitops
+from loop.measure import external
+from loop.records import gitops
 from loop.cli import main
-from loop.errors import UserError
-from loop.external import ExternalHarnessError, Harness, parse_junitxml, parse_printed
+from loop.common.errors import UserError
+from loop.measure.external import ExternalHarnessError, Harness, parse_junitxml, parse_printed
 
 PY = shlex.quote(sys.executable)
 TARGET = "kernel.py"

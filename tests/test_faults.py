@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loop.cli import main
-from loop.records import read_records
+from loop.records.results import read_records
 from test_e2e_cpu import TARGET, git, small_repo  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow

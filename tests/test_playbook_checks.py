@@ -24,8 +24,8 @@ import pytest
 import playbook
 from loop import backends
 from loop.cli import main
-from loop.sandbox import run_worker
-from loop.settings import Settings
+from loop.measure.launch import run_worker
+from loop.common.settings import Settings
 from playbook.analysis import analyze
 
 pytestmark = pytest.mark.slow
@@ -104,7 +104,7 @@ spec_path, target_path, shapes = Path(sys.argv[1]), Path(sys.argv[2]), json.load
 sys.path.insert(0, str(target_path.parent))
 import torch
 from triton.runtime.autotuner import Autotuner
-from loop.worker import Harness, load_module
+from loop.worker.jobs import Harness, load_module
 spec = load_module("spec_under_test", spec_path)
 target = load_module("target_under_test", target_path)
 (tuner,) = [v for v in vars(target).values() if isinstance(v, Autotuner)]

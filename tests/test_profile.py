@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, git
-from loop import cli, ncu, profile
-from loop import experiment as experiment_mod
-from loop import settings as settings_mod
-from loop import state as st
+from loop import cli
+from loop.tools import ncu, profile
+from loop.run import experiment as experiment_mod
+from loop.common import settings as settings_mod
+from loop.run import state as st
 from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
@@ -364,7 +365,7 @@ def test_an_edit_not_yet_stepped_is_profiled_but_not_stored(kernel_repo):
 
 
 def test_default_point_is_the_largest_benchmark_shape_and_the_first_dtype():
-    from loop.worker import SpecError, load_module, profile_point
+    from loop.worker.jobs import SpecError, load_module, profile_point
 
     spec = load_module("vector_add_spec_for_profile", REPO_ROOT / "kernels/vector_add/spec.py")
     assert profile_point(spec, None, None) == ((1 << 28,), "float16")

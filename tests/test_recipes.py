@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import playbook
-from loop.errors import UserError
+from loop.common.errors import UserError
 from playbook import next_candidate
 from playbook.analysis import analyze
 

@@ -543,7 +543,7 @@ def test_next_candidate_tries_the_autotune_first_then_nothing_on_its_knobs(monke
 
 
 def test_the_aot_stand_in_records_every_config_with_its_hints():
-    from loop.aot import _capture_search
+    from loop.worker.aot import _capture_search
 
     @ct.kernel
     def k(x, T: ct.Constant[int]):

@@ -615,7 +615,7 @@ def _sass(torch, path: Path, dtype, cap: int = 90) -> list[str]:
     import cuda.tile as ct
     from cuda.tile.compilation import export_kernel
 
-    from loop import aot
+    from loop.worker import aot
 
     module = _load(path, f"sass_{path.parent.name}_{dtype}".replace(".", "_"))
     a, b = torch.randn(129, 65, dtype=dtype), torch.randn(65, 257, dtype=dtype)
@@ -638,7 +638,7 @@ def _sass(torch, path: Path, dtype, cap: int = 90) -> list[str]:
 @pytest.mark.slow
 def test_tf32_guard_changes_fp32_code_only(tmp_path, env, capsys):
     torch = pytest.importorskip("torch")
-    from loop import aot
+    from loop.worker import aot
 
     if aot.cuobjdump() is None:
         pytest.skip("cuobjdump not found")

@@ -434,7 +434,7 @@ class _Target:
 
 
 def load_candidate(tmp_path: Path, op: str, source: str):
-    from loop.worker import load_module
+    from loop.worker.jobs import load_module
 
     return load_module(f"tileir_candidate_{op}", materialise(tmp_path, op, "triton", source))
 
@@ -504,7 +504,7 @@ def test_next_candidate_offers_tileir_configs_only_on_tileir_runs():
 def test_the_loop_passes_its_target_backend_and_architecture_to_the_playbook(backend, arch, offered, monkeypatch):
     from types import SimpleNamespace
 
-    from loop import experiment
+    from loop.run import experiment
 
     source = autotuned("softmax")
     monkeypatch.setattr(experiment.gitops, "show_file", lambda root, commit, path: source)
@@ -579,8 +579,8 @@ INTERPRETER_CASES = [
                          ids=[f"{op}-{i}" for i, (op, _) in enumerate(INTERPRETER_CASES)])
 def test_rewrites_pass_their_spec_in_the_interpreter(case, tmp_path, env):
     from loop import backends
-    from loop.sandbox import run_worker
-    from loop.settings import Settings
+    from loop.measure.launch import run_worker
+    from loop.common.settings import Settings
 
     op, make = INTERPRETER_CASES[case]
     target = materialise(tmp_path / "k", op, "triton", make())

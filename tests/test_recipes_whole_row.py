@@ -18,8 +18,8 @@ import pytest
 import playbook
 from loop import backends
 from loop.cli import main
-from loop.sandbox import run_worker
-from loop.settings import Settings
+from loop.measure.launch import run_worker
+from loop.common.settings import Settings
 from playbook import next_candidate
 from playbook.analysis import BOTTLENECK_ORDER, TRITON_PRIORITY, analyze
 from playbook.whole_row import dedupe

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from loop import history
-from loop.records import Row, read_records
-from loop.settings import KILL_STAGES
+from loop.records import history
+from loop.records.results import Row, read_records
+from loop.common.settings import KILL_STAGES
 from test_e2e_cpu import TARGET, git, small_repo  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from loop.cli import main
-from loop.records import Record
+from loop.records.results import Record
 
 
 def test_suite_run_then_summarize(kernel_repo, capsys):
@@ -57,7 +57,7 @@ def test_suite_refuses_bad_input(kernel_repo, capsys):
 
 
 def test_largest_shape_prefers_bytes():
-    from loop.suite import largest
+    from loop.suite.runner import largest
 
     shapes = [{"shape": [4096, 4096], "bytes": 10.0}, {"shape": [2048, 16384], "bytes": 20.0}, {"shape": [8192, 1024], "bytes": 20.0}]
     assert largest(shapes)["shape"] == [2048, 16384]
@@ -149,7 +149,7 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
     import sys
     import time
 
-    from loop.sandbox import with_package_path
+    from loop.measure.launch import with_package_path
     from tests.conftest import git
 
     two_op_repo(tmp_path, clean_env)
@@ -228,7 +228,7 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     import sys
     import time
 
-    from loop.sandbox import with_package_path
+    from loop.measure.launch import with_package_path
     from tests.conftest import git
 
     target = "kernels/vector_add/vector_add_triton.py"
@@ -267,7 +267,7 @@ def _entry(op, lang, final, largest_shape, frac_loop=None):
 
 
 def test_targets_are_met_only_when_every_measurement_clears_them():
-    from loop.suite import target_rows
+    from loop.suite.runner import target_rows
 
     mm = _entry("matmul", "triton", [
         {"shape": "4096x4096x4096", "dtype": "bfloat16", "best (ms)": "0.221600", "torch eager (ms)": "0.198596",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from loop import backends
-from loop.sandbox import run_worker
-from loop.settings import Settings
+from loop.measure.launch import run_worker
+from loop.common.settings import Settings
 
 pytestmark = pytest.mark.slow
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"

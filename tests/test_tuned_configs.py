@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import types
 
-from loop.evaluate import SUMMARY_KEYS, _summary
-from loop.worker import tuned_configs
+from loop.measure.evaluate import SUMMARY_KEYS, _summary
+from loop.worker.jobs import tuned_configs
 
 
 class FakeAutotuner:  # the two attributes of triton.runtime.autotuner.Autotuner that are read

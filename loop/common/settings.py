@@ -1,0 +1,70 @@
+"""The one place where tileloop reads environment variables, parsed strictly.
+
+Each setting has a default, a parser, and an error message that names the valid values.
+Worker-side variables that tileloop *sets* (TRITON_INTERPRET, ENABLE_TILE, ...) live with the
+backends; this module is for what the user may set to change tileloop's own behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from loop.common.errors import UserError
+
+
+def _positive_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"{name} must be a positive number, got {raw!r}") from None
+    if value <= 0:
+        raise UserError(f"{name} must be a positive number, got {raw!r}")
+    return value
+
+
+def _bool(name: str, raw: str) -> bool:
+    table = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
+    try:
+        return table[raw.strip().lower()]
+    except KeyError:
+        raise UserError(f"{name} must be one of 1/0/true/false/yes/no, got {raw!r}") from None
+
+
+KILL_STAGES = ("apply", "commit", "verify", "measure", "decide", "record")
+
+
+@dataclass(frozen=True)
+class Settings:
+    worker_timeout_s: float = 600.0  # per worker process (the seed's 10-minute iteration bound)
+    python: str = ""  # interpreter for workers; default: the one running tileloop
+    keep_worker_dirs: bool = True
+    # fault injection for tests: the orchestrator SIGKILLs itself on entering this stage
+    test_kill_at: str | None = None
+    # fault injection for unattended-run tests: iteration -> a file whose source replaces that candidate
+    test_inject: tuple[tuple[int, str], ...] = ()
+
+
+def load(environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    kwargs: dict = {}
+    if "TILELOOP_WORKER_TIMEOUT" in env:
+        kwargs["worker_timeout_s"] = _positive_float("TILELOOP_WORKER_TIMEOUT", env["TILELOOP_WORKER_TIMEOUT"])
+    if env.get("TILELOOP_PYTHON"):
+        kwargs["python"] = env["TILELOOP_PYTHON"]
+    if "TILELOOP_KEEP_WORKER_DIRS" in env:
+        kwargs["keep_worker_dirs"] = _bool("TILELOOP_KEEP_WORKER_DIRS", env["TILELOOP_KEEP_WORKER_DIRS"])
+    if env.get("TILELOOP_TEST_KILL_AT"):
+        stage = env["TILELOOP_TEST_KILL_AT"]
+        if stage not in KILL_STAGES:
+            raise UserError(f"TILELOOP_TEST_KILL_AT must be one of {', '.join(KILL_STAGES)}, got {stage!r}")
+        kwargs["test_kill_at"] = stage
+    if env.get("TILELOOP_TEST_INJECT"):
+        pairs = []
+        for item in env["TILELOOP_TEST_INJECT"].split(","):
+            n, sep, path = item.partition(":")
+            if not sep or not n.strip().isdigit() or not path.strip():
+                raise UserError(f"TILELOOP_TEST_INJECT must look like 4:path/a.py,9:path/b.py, got {item!r}")
+            pairs.append((int(n), path.strip()))
+        kwargs["test_inject"] = tuple(pairs)
+    return Settings(**kwargs)

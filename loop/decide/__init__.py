@@ -1,0 +1,13 @@
+"""Decisions: keep, revert or stop, as pure functions over measurements (no I/O, no clock).
+
+rules   the policy, the paired comparison per shape, the keep/revert verdict and the stop rules
+check   decision-check's verdicts: each trial of a planted or A/A scenario decided by the rules
+
+The names below are the package's interface: `decide.Policy`, `decide.decide(...)`, ...
+"""
+
+from loop.decide.rules import (CRASH_STATUSES, Action, Decision, Policy, Progress, ShapeComparison, StopState, combine,
+                               compare_shape, comparisons, decide, stop_state)
+
+__all__ = ["CRASH_STATUSES", "Action", "Decision", "Policy", "Progress", "ShapeComparison", "StopState", "combine",
+           "compare_shape", "comparisons", "decide", "stop_state"]

@@ -1,0 +1,170 @@
+"""Keep / revert / stop decisions as pure functions over measurements. No I/O, no clock.
+
+The policy follows the TileGym loop, made precise:
+
+* correctness FAIL -> revert; crash (compile_error, runtime_error, timeout, oom) -> crash;
+* a guard backend incorrect or crashing -> revert;
+* any benchmark shape slower by more than `regression` *beyond noise* (its whole interval below
+  1 - regression) -> revert;
+* a speedup counts only when the lower end of its interval clears 1 (the measured noise band);
+  otherwise -> revert as `within_noise`;
+* counted speedup >= 5% -> keep; 2-5% -> keep at lower priority; < 2% -> keep but stop;
+* speedups over `suspicious` (3x), overall or at any one shape, are measured again before they count;
+* stop: two non-improvements in a row, `max_iters` (25), a time budget, an exhausted playbook;
+  two crashes in a row -> escalate (a person should look: the playbook cannot explain them).
+
+Noise: incumbent and candidate are timed interleaved, so sample i of each comes from the same
+round. Per shape we take the paired log-ratios d_i = log(t_incumbent / t_candidate), their
+median as the effect, and a robust standard error (1.2533 * 1.4826 * MAD / sqrt(n)). The
+geometric mean over shapes averages the effects; its interval is +- z * se (z = 2.576), never
+narrower than +- `noise_floor` for the noise the interleaving cannot see.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Sequence
+
+from loop.common.stats import ShapeComparison, paired
+
+Action = Literal["keep", "revert", "crash", "remeasure"]
+CRASH_STATUSES = ("compile_error", "runtime_error", "timeout", "oom")
+
+
+@dataclass(frozen=True)
+class Policy:
+    keep_continue: float = 0.05
+    keep_low: float = 0.02
+    regression: float = 0.02
+    z: float = 2.576
+    noise_floor: float = 0.005
+    suspicious: float = 3.0
+    max_iters: int = 25
+    max_no_improve: int = 2
+    max_crashes: int = 2
+    time_budget_s: float | None = None
+    early_stop: bool = True  # False (--no-early-stop): only iterations, time, playbook or escalation stop a run
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    verdict: str  # improved | low_gain | marginal | within_noise | regression | incorrect | guard_failed | <crash status> | suspicious
+    reason: str
+    speedup: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    priority: str = "normal"  # normal | low
+    stop_after: bool = False
+    shapes: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def compare_shape(shape, incumbent_ms: Sequence[float], candidate_ms: Sequence[float], policy: Policy) -> ShapeComparison:
+    """Paired comparison of interleaved samples at one shape (speedup > 1: candidate faster)."""
+    return paired(shape, incumbent_ms, candidate_ms, policy.z, policy.noise_floor)
+
+
+def comparisons(raw: dict, policy: Policy) -> list[ShapeComparison]:
+    """Per benchmark shape, the incumbent against the candidate, from a worker's timing result."""
+    return [compare_shape(s["shape"], s["impls"]["incumbent"]["samples_ms"], s["impls"]["candidate"]["samples_ms"], policy)
+            for s in raw["timing"]["shapes"]]
+
+
+
+def combine(shapes: Sequence[ShapeComparison], policy: Policy) -> tuple[float, float, float]:
+    """Geometric-mean speedup over shapes and its interval."""
+    k = len(shapes)
+    center = sum(s.log_effect for s in shapes) / k
+    se = math.sqrt(sum(s.log_se**2 for s in shapes)) / k
+    half = max(policy.z * se, math.log1p(policy.noise_floor))
+    return math.exp(center), math.exp(center - half), math.exp(center + half)
+
+
+def decide(
+    policy: Policy,
+    *,
+    failure: str | None = None,
+    failure_message: str = "",
+    shapes: Sequence[ShapeComparison] = (),
+    guard_failures: Sequence[str] = (),
+    remeasured: bool = False,
+) -> Decision:
+    """One iteration's decision. `failure` is the target backend's typed failure, if any."""
+    if failure in CRASH_STATUSES:
+        return Decision("crash", failure, failure_message or failure)
+    if failure == "incorrect":
+        return Decision("revert", "incorrect", failure_message or "correctness check failed")
+    if failure is not None:
+        raise ValueError(f"unknown failure status {failure!r}")
+    if guard_failures:
+        return Decision("revert", "guard_failed", "; ".join(guard_failures))
+    if not shapes:
+        raise ValueError("decide needs at least one shape comparison when nothing failed")
+    rows = [s.to_json() for s in shapes]
+    speedup, lo, hi = combine(shapes, policy)
+    slow = [s for s in shapes if s.hi < 1.0 - policy.regression]
+    if slow:
+        worst = min(slow, key=lambda s: s.speedup)
+        return Decision("revert", "regression",
+                        f"shape {list(worst.shape)} slower by {1 / worst.speedup - 1:.1%} (interval {worst.lo:.3f}-{worst.hi:.3f}x)",
+                        speedup, lo, hi, shapes=rows)
+    if max(speedup, *(s.speedup for s in shapes)) > policy.suspicious and not remeasured:
+        return Decision("remeasure", "suspicious", f"{speedup:.2f}x exceeds {policy.suspicious}x: measure again before it counts",
+                        speedup, lo, hi, shapes=rows)
+    if lo <= 1.0:
+        return Decision("revert", "within_noise", f"{speedup:.4f}x, interval {lo:.4f}-{hi:.4f}x does not clear noise",
+                        speedup, lo, hi, shapes=rows)
+    gain = speedup - 1.0
+    if gain >= policy.keep_continue:
+        return Decision("keep", "improved", f"{speedup:.4f}x (interval {lo:.4f}-{hi:.4f}x)", speedup, lo, hi, shapes=rows)
+    if gain >= policy.keep_low:
+        return Decision("keep", "low_gain", f"{speedup:.4f}x: 2-5%, keep at lower priority", speedup, lo, hi, "low", shapes=rows)
+    return Decision("keep", "marginal", f"{speedup:.4f}x: below 2%, keep but stop", speedup, lo, hi, "low", True, shapes=rows)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the stop rules need to know about the run so far."""
+
+    iterations: int  # experiments finished, baseline excluded
+    elapsed_s: float
+    outcomes: tuple[str, ...]  # per finished iteration: keep | revert | crash (in order)
+    last_verdict: str | None = None
+    crash_causes: tuple[str, ...] = ()  # failure status of each crash, in order
+    playbook_exhausted: bool = False
+
+
+@dataclass(frozen=True)
+class StopState:
+    state: Literal["continue", "stop", "escalate"]
+    reason: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def stop_state(policy: Policy, progress: Progress) -> StopState:
+    tail = list(progress.outcomes[-max(policy.max_no_improve, policy.max_crashes):])
+    crashes = [o for o in tail[-policy.max_crashes:] if o == "crash"]
+    if len(crashes) >= policy.max_crashes:
+        causes = ", ".join(progress.crash_causes[-policy.max_crashes:])
+        return StopState("escalate", f"{policy.max_crashes} crashes in a row ({causes}): root cause unknown, needs a person")
+    if policy.early_stop and progress.last_verdict == "marginal":
+        return StopState("stop", "last improvement below 2%: keep but stop")
+    recent = tail[-policy.max_no_improve:]
+    if policy.early_stop and len(recent) >= policy.max_no_improve and all(o != "keep" for o in recent):
+        return StopState("stop", f"no improvement in {policy.max_no_improve} consecutive iterations")
+    if progress.iterations >= policy.max_iters:
+        return StopState("stop", f"reached {policy.max_iters} iterations")
+    if policy.time_budget_s is not None and progress.elapsed_s >= policy.time_budget_s:
+        return StopState("stop", f"time budget of {policy.time_budget_s:.0f}s spent")
+    if progress.playbook_exhausted:
+        return StopState("stop", "playbook exhausted: every applicable candidate was tried")
+    return StopState("continue", "")

@@ -1,0 +1,118 @@
+"""Running the worker: a fresh subprocess per measurement, in its own process group, with a
+hard timeout, its own TRITON_CACHE_DIR, and output captured to a log file (not a pipe, which
+can deadlock when a kernel prints a lot). The result is the JSON file the worker wrote
+atomically; no result means the process died, and that is typed here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from loop.backends import Backend, tileiras_environment
+from loop.common.settings import Settings
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+
+def with_package_path(env: dict) -> dict:
+    """`env` with this tileloop first on PYTHONPATH, so that `python -m loop...` children import it."""
+    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
+    env = dict(os.environ)
+    if backend is not None:
+        for key in backend.unset:
+            env.pop(key, None)
+        env.update(backend.environment({k: os.environ[k] for k in ("TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ")
+                                         if k in os.environ}))
+        if backend.language == "cutile":
+            tileiras_environment(env)
+    env["TRITON_CACHE_DIR"] = str(cache_dir)
+    with_package_path(env)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _log_tail(path: Path, limit: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+def worker_command(settings: Settings, workdir: Path, name: str, job: bool, module: str = "loop.worker") -> list[str]:
+    """The worker's command line as `run_worker` runs it (after its launcher, if any)."""
+    cmd = [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+    if not job:
+        return cmd + ["--health" if name == "health" else "--probe"]
+    return cmd + ["--job", str(workdir / f"{name}.job.json")]
+
+
+def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
+               cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
+               module: str = "loop.worker", launcher: Sequence[str] = (), procs: list | None = None) -> dict:
+    """Run one worker; always returns a result dict with a typed `status`. `module` is the worker's
+    entry point (`python -m <module> --job J --result R`), `loop.worker` unless a command has its own.
+    `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`).
+    `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
+    can kill them all when it is interrupted (a signal reaches the main thread only)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    result_path = workdir / f"{name}.result.json"
+    log_path = workdir / f"{name}.log"
+    if result_path.exists():
+        result_path.unlink()
+    cmd = [*launcher, *worker_command(settings, workdir, name, job is not None, module)]
+    if job is not None:
+        (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
+    timeout = timeout_s or settings.worker_timeout_s
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        if procs is not None:
+            procs.append(proc)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            return {"status": "timeout", "message": f"worker exceeded {timeout:.0f}s and was killed (process group)",
+                    "log_tail": _log_tail(log_path), "wall_s": round(time.monotonic() - started, 3)}
+        except BaseException:
+            kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no GPU process behind
+            raise
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+    wall = round(time.monotonic() - started, 3)
+    if result_path.exists():
+        result = json.loads(result_path.read_text())
+        result.setdefault("wall_s", wall)
+        if result.get("status") not in ("ok",):
+            result["log_tail"] = _log_tail(log_path)
+        return result
+    rc = proc.returncode
+    how = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with code {rc}"
+    tail = _log_tail(log_path)
+    status = "oom" if "out of memory" in tail.lower() else "runtime_error"
+    return {"status": status, "message": f"worker {how} without a result", "log_tail": tail, "wall_s": wall}
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

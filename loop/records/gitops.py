@@ -1,0 +1,303 @@
+"""Git, through GitPython and the real git binary. One `Repo` per operation, always closed.
+
+Invariants kept here: a run works on its own new branch from a clean tree; every experiment
+is one commit with `Tileloop-*` trailers; the branch tip is the best kept version; rejected
+experiments stay reachable under `refs/tileloop/<run>/<iteration>`; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from loop.common.errors import IntegrityError, UserError
+
+TRAILER_PREFIX = "Tileloop-"
+FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "tileloop", "GIT_AUTHOR_EMAIL": "tileloop@localhost",
+    "GIT_COMMITTER_NAME": "tileloop", "GIT_COMMITTER_EMAIL": "tileloop@localhost",
+}
+
+
+def _import_git():
+    try:
+        import git
+    except ImportError:
+        raise UserError("GitPython is not installed", hint="pip install gitpython") from None
+    return git
+
+
+@contextlib.contextmanager
+def open_repo(root: Path):
+    git = _import_git()
+    with git.Repo(root) as repo:
+        yield repo
+
+
+def find_root(path: Path) -> Path:
+    git = _import_git()
+    start = path if path.is_dir() else path.parent
+    if not start.exists():
+        start = Path.cwd()
+    try:
+        with git.Repo(start, search_parent_directories=True) as repo:
+            if repo.bare or repo.working_tree_dir is None:
+                raise UserError(f"{start} is in a bare git repository")
+            return Path(repo.working_tree_dir).resolve()
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(f"{start} is not inside a git repository", hint="run tileloop inside the repository that holds the kernel") from None
+
+
+def _identity_env(repo) -> dict:
+    """Commits need an identity; use the user's, else a neutral fallback (CI machines have none)."""
+    reader = repo.config_reader()
+    have = reader.has_option("user", "name") and reader.has_option("user", "email")
+    return {} if have else FALLBACK_IDENTITY
+
+
+@dataclass(frozen=True)
+class TreeStatus:
+    modified_tracked: tuple[str, ...]
+    untracked: tuple[str, ...]
+
+
+def tree_status(root: Path) -> TreeStatus:
+    with open_repo(root) as repo:
+        out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all")
+    modified, untracked = [], []
+    entries = out.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if not entry:
+            continue
+        code, path = entry[:2], entry[3:]
+        if code[0] in "RC":  # renames carry the source path as the next entry
+            modified.append(entries[i])
+            i += 1
+        (untracked if code == "??" else modified).append(path)
+    return TreeStatus(tuple(modified), tuple(untracked))
+
+
+def require_clean(root: Path) -> None:
+    status = tree_status(root)
+    if status.modified_tracked:
+        shown = ", ".join(status.modified_tracked[:5])
+        raise UserError(f"the working tree has tracked changes ({shown})", hint="commit or stash them first; tileloop never discards your work")
+
+
+def integrity_violations(root: Path, target: str, allowed_untracked: set[str]) -> tuple[list[str], list[str]]:
+    """(tracked files other than the target that differ from HEAD, new untracked files)."""
+    status = tree_status(root)
+    others = [p for p in status.modified_tracked if p != target]
+    new = [p for p in status.untracked if p not in allowed_untracked]
+    return others, new
+
+
+def check_integrity(root: Path, target: str, allowed_untracked: set[str]) -> None:
+    """Only the target may differ from HEAD; no new untracked files may appear."""
+    others, new = integrity_violations(root, target, allowed_untracked)
+    if others or new:
+        listed = ", ".join((others + new)[:8])
+        raise IntegrityError(f"the change touches files other than the target {target}: {listed}",
+                             hint="an iteration may change the target file only; revert the other files")
+
+
+def set_aside(root: Path, tracked: list[str], untracked: list[str], where: Path) -> None:
+    """Save a refused change (a patch of the tracked files, copies of new files) under `where`,
+    then restore those paths: the tree is back to HEAD everywhere except the target."""
+    import shutil
+
+    where.mkdir(parents=True, exist_ok=True)
+    with open_repo(root) as repo:
+        if tracked:
+            (where / "tracked.patch").write_text(repo.git.diff("HEAD", "--", *tracked) + "\n")
+            repo.git.checkout("HEAD", "--", *tracked)
+    for rel in untracked:
+        dest = where / "untracked" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(root / rel), dest)
+
+
+def is_tracked(root: Path, rel: str) -> bool:
+    with open_repo(root) as repo:
+        return bool(repo.git.ls_files("--", rel).strip())
+
+
+def git_dir(root: Path) -> str:
+    with open_repo(root) as repo:
+        return repo.git_dir
+
+
+def config_path(root: Path) -> Path:
+    """The repository's config file: in the common git dir, which a worktree shares with the main tree."""
+    with open_repo(root) as repo:
+        return Path(repo.common_dir) / "config"
+
+
+def head_sha(root: Path) -> str:
+    with open_repo(root) as repo:
+        return repo.head.commit.hexsha
+
+
+def current_branch(root: Path) -> str | None:
+    with open_repo(root) as repo:
+        return None if repo.head.is_detached else repo.active_branch.name
+
+
+def branch_exists(root: Path, name: str) -> bool:
+    with open_repo(root) as repo:
+        return name in [h.name for h in repo.heads]
+
+
+def check_branch_name(root: Path, name: str) -> None:
+    git = _import_git()
+    with open_repo(root) as repo:
+        try:
+            repo.git.check_ref_format("--branch", name)
+        except git.GitCommandError:
+            raise UserError(f"{name!r} is not a valid branch name") from None
+
+
+def create_branch(root: Path, name: str) -> str:
+    check_branch_name(root, name)
+    with open_repo(root) as repo:
+        repo.git.checkout("-b", name)
+        return repo.head.commit.hexsha
+
+
+def checkout(root: Path, name: str) -> None:
+    with open_repo(root) as repo:
+        repo.git.checkout(name)
+
+
+def commit(root: Path, message: str, paths: list[str], allow_empty: bool = False) -> str:
+    with open_repo(root) as repo:
+        if paths:
+            repo.git.add("--", *paths)
+        args = ["--no-verify", "-q", "-F", "-"]
+        if allow_empty:
+            args.append("--allow-empty")
+        with repo.git.custom_environment(**_identity_env(repo)):
+            repo.git.commit(*args, istream=_stdin(message))
+        return repo.head.commit.hexsha
+
+
+def amend_message(root: Path, message: str) -> str:
+    with open_repo(root) as repo:
+        with repo.git.custom_environment(**_identity_env(repo)):
+            repo.git.commit("--amend", "--allow-empty", "--no-verify", "-q", "-F", "-", istream=_stdin(message))
+        return repo.head.commit.hexsha
+
+
+def _stdin(text: str):
+    """A real file for git's stdin (GitPython hands `istream` to Popen as is)."""
+    import tempfile
+
+    fh = tempfile.TemporaryFile()
+    fh.write(text.encode())
+    fh.seek(0)
+    return fh
+
+
+def reset_hard(root: Path, sha: str) -> None:
+    with open_repo(root) as repo:
+        repo.git.reset("--hard", "-q", sha)
+
+
+def restore_file(root: Path, sha: str, rel: str) -> None:
+    with open_repo(root) as repo:
+        repo.git.checkout(sha, "--", rel)
+
+
+def update_ref(root: Path, ref: str, sha: str) -> None:
+    with open_repo(root) as repo:
+        repo.git.update_ref(ref, sha)
+
+
+def ref_sha(root: Path, ref: str) -> str | None:
+    with open_repo(root) as repo:
+        try:
+            return repo.git.rev_parse("--verify", "-q", ref + "^{commit}").strip() or None
+        except Exception:
+            return None
+
+
+def show_file(root: Path, sha: str, rel: str) -> str:
+    with open_repo(root) as repo:
+        return repo.git.show(f"{sha}:{rel}", strip_newline_in_stdout=False)
+
+
+def commit_message(root: Path, sha: str) -> str:
+    with open_repo(root) as repo:
+        return repo.commit(sha).message
+
+
+def parent_sha(root: Path, sha: str) -> str | None:
+    with open_repo(root) as repo:
+        parents = repo.commit(sha).parents
+        return parents[0].hexsha if parents else None
+
+
+def ensure_excluded(root: Path, pattern: str) -> None:
+    """Keep tileloop's sandbox out of `git status` without touching tracked files."""
+    with open_repo(root) as repo:
+        try:
+            repo.git.check_ignore("-q", pattern.strip("/") + "/probe")
+            return
+        except Exception:
+            pass
+        exclude = Path(repo.common_dir) / "info" / "exclude"  # shared by every worktree
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    text = exclude.read_text() if exclude.exists() else ""
+    if pattern not in text.splitlines():
+        exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + pattern + "\n")
+
+
+# ---------------------------------------------------------------- trailers
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """Tileloop-* trailers of a commit message (last paragraph, `Key: value` lines)."""
+    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
+    if not paragraphs:
+        return {}
+    out = {}
+    for line in paragraphs[-1].splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.startswith(TRAILER_PREFIX):
+            out[key] = value.strip()
+    return out
+
+
+def format_message(subject: str, body: str, trailers: dict[str, str]) -> str:
+    clean = {k: " ".join(str(v).split()) for k, v in trailers.items()}
+    parts = [" ".join(subject.split())]
+    if body.strip():
+        parts.append(body.strip())
+    parts.append("\n".join(f"{k}: {v}" for k, v in clean.items()))
+    return "\n\n".join(parts) + "\n"
+
+
+def log_with_trailers(root: Path, revs: list[str]) -> list[tuple[str, str | None, dict[str, str]]]:
+    """(sha, parent, trailers) for every commit reachable from `revs` that carries trailers."""
+    with open_repo(root) as repo:
+        out = []
+        seen = set()
+        for rev in revs:
+            for c in repo.iter_commits(rev):
+                if c.hexsha in seen:
+                    continue
+                seen.add(c.hexsha)
+                t = parse_trailers(c.message)
+                if t:
+                    out.append((c.hexsha, c.parents[0].hexsha if c.parents else None, t))
+        return out
+
+
+def refs_under(root: Path, prefix: str) -> dict[str, str]:
+    with open_repo(root) as repo:
+        text = repo.git.for_each_ref("--format=%(refname) %(objectname)", prefix)
+    return dict(line.split(" ", 1) for line in text.splitlines() if line.strip())

@@ -1,0 +1,190 @@
+"""Records: one schema-versioned JSON line per iteration, and perf_results.md rendered from them.
+
+`sandbox/<run>/results.jsonl` is append-only (a torn last line from a kill is ignored on read);
+`perf_results.md` is regenerated atomically (temp file + os.replace) from the records, and the
+same table is rebuilt from git trailers alone by `loop.history`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+RECORD_SCHEMA = "tileloop.record/1"
+Status = Literal["keep", "revert", "crash"]
+FIXED_COLUMNS = ["iteration", "optimization", "latency_ms", "correctness", "status"]
+
+
+def fmt_ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """What one backend said about one iteration. `cell` is its perf_results.md column text."""
+
+    name: str
+    available: bool
+    status: str  # ok | unavailable | compile_error | runtime_error | timeout | oom | incorrect | not_run
+    reason: str = ""
+    latency_ms: float | None = None  # candidate: geometric mean over benchmark shapes of the medians
+    incumbent_ms: float | None = None
+    correctness: str | None = None  # PASS | FAIL | None when not run
+    timing_label: str = "gpu"  # gpu | interpreter
+    proof: dict | None = None
+    shapes: list[dict] = field(default_factory=list)
+    worker_dir: str | None = None
+
+    @property
+    def cell(self) -> str:
+        if not self.available:
+            return f"unavailable: {self.reason}"
+        if self.status == "ok" and self.latency_ms is not None:
+            return fmt_ms(self.latency_ms)
+        if self.status == "not_run":
+            return f"not run: {self.reason}" if self.reason else "not run"
+        return self.status
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BackendResult":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Record:
+    run: str
+    iteration: int
+    optimization: str
+    status: Status
+    correctness: str  # PASS | FAIL
+    latency_ms: float | None
+    target_backend: str
+    backends: dict[str, BackendResult]
+    commit: str | None
+    parent: str | None
+    hypothesis: str = ""
+    rationale: str = ""
+    expected: str = ""
+    kind: str = ""  # the variable the change touched (recipe kind), "agent" for hand edits
+    recipe: str | None = None
+    speedup: float | None = None
+    decision: dict = field(default_factory=dict)
+    stop: dict = field(default_factory=dict)
+    failure: dict | None = None
+    compile: dict = field(default_factory=dict)  # the ahead-of-time gate: status and per-arch registers/spills
+    harness: dict | None = None  # an external run's commands ({test_cmd, bench_cmd, bench_repeats}), else None
+    env: dict = field(default_factory=dict)
+    source_hash: str = ""
+    started: str = ""
+    finished: str = ""
+    wall_s: float = 0.0
+    schema: str = RECORD_SCHEMA
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["backends"] = {k: asdict(v) for k, v in self.backends.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Record":
+        if d.get("schema") != RECORD_SCHEMA:
+            raise ValueError(f"record schema {d.get('schema')!r} is not {RECORD_SCHEMA!r}")
+        d = dict(d)
+        d["backends"] = {k: BackendResult.from_json(v) for k, v in d["backends"].items()}
+        return cls(**d)
+
+    @property
+    def interpreter(self) -> bool:
+        tb = self.backends.get(self.target_backend)
+        return tb is not None and tb.timing_label == "interpreter"
+
+
+def append_record(path: Path, record: Record) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record.to_json(), sort_keys=True, default=str)
+    with open(path, "a") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_records(path: Path) -> list[Record]:
+    """All complete records; a torn final line (a kill mid-write) is skipped, any other bad line raises."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(Record.from_json(json.loads(line)))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One perf_results.md row; built from a Record or from a commit's trailers, and comparable."""
+
+    iteration: int
+    optimization: str
+    latency_ms: str
+    correctness: str
+    status: str
+    backends: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_record(cls, r: Record) -> "Row":
+        return cls(r.iteration, r.optimization, fmt_ms(r.latency_ms), r.correctness, r.status,
+                   tuple((name, b.cell) for name, b in r.backends.items()))
+
+
+def render_table(rows: list[Row]) -> str:
+    import pandas as pd
+
+    names = []
+    for row in rows:
+        for name, _ in row.backends:
+            if name not in names:
+                names.append(name)
+    data = []
+    for row in rows:
+        cells = dict(row.backends)
+        data.append([row.iteration, row.optimization, row.latency_ms, row.correctness, row.status]
+                    + [cells.get(n, "") for n in names])
+    df = pd.DataFrame(data, columns=FIXED_COLUMNS + [f"{n}_ms" for n in names])
+    return df.to_markdown(index=False, disable_numparse=True, colalign=["right", "left", "right", "left", "left"] + ["right"] * len(names))
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """A list of flat dicts as a markdown table (columns in first-seen order)."""
+    import pandas as pd
+
+    if not rows:
+        return "(nothing)"
+    cols: list[str] = []
+    for row in rows:
+        cols += [k for k in row if k not in cols]
+    def cell(v):
+        return "" if v is None else " ".join(v.split()) if isinstance(v, str) else v
+
+    df = pd.DataFrame([{c: cell(row.get(c)) for c in cols} for row in rows], columns=cols)
+    return df.to_markdown(index=False, disable_numparse=True)
+
+
+def render_perf_results(run_id: str, header: dict, rows: list[Row], interpreter: bool) -> str:
+    lines = [f"# perf_results: {run_id}", ""]
+    for key, value in header.items():
+        lines.append(f"- {key}: {value}")
+    if interpreter:
+        lines += ["", "> Timings in this table are **Triton interpreter timings on the CPU** (`--device cpu`),",
+                  "> not GPU timings: they test the loop, not the kernel's speed."]
+    lines += ["", render_table(rows), ""]
+    return "\n".join(lines)

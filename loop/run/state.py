@@ -1,0 +1,104 @@
+"""A run's persistent state: `sandbox/<run>/state.json`, rewritten atomically at every stage.
+
+The state names the in-flight iteration and its stage (apply, commit, measure, decide, record),
+so that `tileloop resume` after a kill at any point can finish or record it exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from loop.common.errors import UserError
+from loop.common.files import atomic_write_text
+
+STATE_SCHEMA = "tileloop.state/1"
+SANDBOX = "sandbox"
+FINGERPRINT_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version",
+                    "cutile_version", "nvtriton")
+
+
+@dataclass
+class RunState:
+    run_id: str
+    branch: str
+    origin_branch: str | None
+    target: str  # relative to the repository root
+    spec: str
+    language: str
+    op: str
+    device: str
+    target_backend: str
+    backends: list[str]  # reported on every iteration, in display order
+    availability: dict[str, dict]  # name -> {"available": bool, "reason": str}
+    base_commit: str  # where the branch started
+    seed: int
+    env: dict  # environment fingerprint from the worker probe
+    untracked_at_start: list[str]
+    policy: dict
+    archs: list[str] = field(default_factory=lambda: ["sm_90", "sm_100"])  # ahead-of-time compile gate
+    mode: str = "agent"  # agent (step) | run (unattended)
+    worker_timeout_s: float = 600.0  # hard limit per worker process (compile, each backend)
+    harness: dict | None = None  # external run: {test_cmd, bench_cmd, bench_repeats} (loop.external), else None
+    best_commit: str = ""
+    best_latency_ms: float | None = None
+    last_iteration: int = -1  # -1 before the baseline is recorded
+    outcomes: list[str] = field(default_factory=list)  # keep | revert | crash per iteration >= 1
+    verdicts: list[str] = field(default_factory=list)
+    crash_causes: list[str] = field(default_factory=list)
+    demoted: list[str] = field(default_factory=list)  # recipe kinds kept at low gain
+    tried: list[str] = field(default_factory=list)  # candidate keys already evaluated
+    interrupted: list[str] = field(default_factory=list)  # candidate keys cut off once by a kill (retried once)
+    skip_recipes: list[str] = field(default_factory=list)  # recipe ids this run never proposes (--skip-recipe)
+    active_s: float = 0.0  # time spent in iterations, summed over sessions
+    inflight: dict | None = None
+    stopped: dict | None = None
+    created: str = ""
+    schema: str = STATE_SCHEMA
+
+    def fingerprint(self) -> dict:
+        return {k: self.env.get(k) for k in FINGERPRINT_KEYS}
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    return root / SANDBOX / run_id
+
+
+def state_path(root: Path, run_id: str) -> Path:
+    return run_dir(root, run_id) / "state.json"
+
+
+def save(root: Path, state: RunState) -> None:
+    atomic_write_text(state_path(root, state.run_id), json.dumps(asdict(state), indent=1, sort_keys=True))
+
+
+def load(root: Path, run_id: str) -> RunState:
+    path = state_path(root, run_id)
+    if not path.exists():
+        raise UserError(f"no run {run_id!r} in {root / SANDBOX}", hint="tileloop status lists runs; tileloop init starts one")
+    data = json.loads(path.read_text())
+    if data.get("schema") != STATE_SCHEMA:
+        raise UserError(f"run {run_id} has state schema {data.get('schema')!r}, this tileloop reads {STATE_SCHEMA}")
+    names = {f.name for f in fields(RunState)}
+    return RunState(**{k: v for k, v in data.items() if k in names})
+
+
+def set_current(root: Path, run_id: str) -> None:
+    atomic_write_text(root / SANDBOX / "CURRENT", run_id + "\n")
+
+
+def current(root: Path, run_id: str | None) -> str:
+    if run_id:
+        return run_id
+    path = root / SANDBOX / "CURRENT"
+    if not path.exists():
+        raise UserError("no tileloop run in this repository", hint="start one with: tileloop init <target>")
+    return path.read_text().strip()
+
+
+def list_runs(root: Path) -> list[str]:
+    base = root / SANDBOX
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "state.json").exists())

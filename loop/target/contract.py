@@ -1,0 +1,152 @@
+"""The kernel contract, checked statically (the orchestrator never imports kernel code).
+
+A tunable kernel is one *target* file (the only file an iteration may change) plus a read-only
+`spec.py` beside it. This module finds both, parses them with `ast`, and refuses anything that
+cannot work before a branch is made or a GPU second is spent.
+
+Target (`<op>_triton.py` or `<op>_cutile.py`): `@triton.jit` / `@ct.kernel` function(s) and a
+launch wrapper `run(**inputs) -> output`.
+
+Spec (`spec.py`), required names:
+  make_inputs(shape, dtype, seed, device) -> dict   fresh random data (never zeros)
+  reference(**inputs) -> tensor                     PyTorch; the harness feeds it fp32/fp64 copies
+  CORRECTNESS_SHAPES, BENCHMARK_SHAPES              lists of shapes (include odd sizes)
+  DTYPES                                            e.g. ["float16", "float32"]
+  TOLERANCES                                        {dtype: (atol, rtol)}
+  flops(shape), bytes_moved(shape, dtype)           for TFLOP/s, GB/s and roofline fractions
+Optional: OUTPUTS (names of output buffers in the inputs dict, default ("out",)),
+  INTERPRETER_SHAPES (small shapes timed under --device cpu).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from loop.common.errors import UserError
+from loop.common.language import Language, detect_language
+
+
+SPEC_REQUIRED = (
+    "make_inputs",
+    "reference",
+    "CORRECTNESS_SHAPES",
+    "BENCHMARK_SHAPES",
+    "DTYPES",
+    "TOLERANCES",
+    "flops",
+    "bytes_moved",
+)
+KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A validated target + spec pair, with paths relative to the repository root."""
+
+    repo_root: Path
+    target: Path  # relative to repo_root
+    spec: Path  # relative to repo_root
+    language: Language
+    op: str
+
+    @property
+    def target_abs(self) -> Path:
+        return self.repo_root / self.target
+
+    @property
+    def spec_abs(self) -> Path:
+        return self.repo_root / self.spec
+
+
+def source_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _parse(path: Path, what: str) -> ast.Module:
+    try:
+        return ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise UserError(f"{what} {path} does not parse: line {exc.lineno}: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{what} {path} is not UTF-8 text") from None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for tgt in node.targets:
+                if isinstance(tgt, ast.Name):
+                    names.add(tgt.id)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+    return names
+
+
+def spec_dtypes(spec_path: Path) -> list[str] | None:
+    """The spec's DTYPES when it is a literal list of known dtype names (read from the source, the
+    spec is not imported here); None otherwise (a computed DTYPES is read by the worker)."""
+    try:
+        tree = ast.parse(Path(spec_path).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            if isinstance(value, (list, tuple)) and value and all(v in KNOWN_DTYPES for v in value):
+                return list(value)
+            return None
+    return None
+
+
+def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:
+    """(absolute path, path relative to the repository root) of a target Python file in the
+    repository; raise UserError with a one-line reason otherwise."""
+    repo_root = repo_root.resolve()
+    path = Path(target)
+    path = (path if path.is_absolute() else Path.cwd() / path).resolve()
+    if not path.exists():
+        raise UserError(f"target {target} does not exist")
+    if not path.is_file() or path.suffix != ".py":
+        raise UserError(f"target {target} is not a Python file")
+    try:
+        return path, path.relative_to(repo_root)
+    except ValueError:
+        raise UserError(f"target {target} is outside the repository {repo_root}") from None
+
+
+def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
+    """Validate the target and its spec; raise UserError with a one-line reason otherwise."""
+    path, rel = resolve_target(target, repo_root)
+    tree = _parse(path, "target")
+    language = detect_language(tree)
+    if language is None:
+        raise UserError(
+            f"target {rel} imports neither triton nor cuda.tile",
+            hint="a target holds @triton.jit or @ct.kernel functions and a run(**inputs) wrapper",
+        )
+    if "run" not in _top_level_names(tree):
+        raise UserError(f"target {rel} has no top-level run(**inputs) launch wrapper")
+    spec = path.parent / "spec.py"
+    if not spec.is_file():
+        raise UserError(f"no spec.py beside the target {rel}", hint="the spec holds inputs, reference and shapes")
+    spec_tree = _parse(spec, "spec")
+    missing = [name for name in SPEC_REQUIRED if name not in _top_level_names(spec_tree)]
+    if missing:
+        raise UserError(f"spec {spec.relative_to(repo_root)} is missing required name(s): {', '.join(missing)}")
+    op = path.stem
+    for suffix in ("_triton", "_cutile"):
+        if op.endswith(suffix):
+            op = op[: -len(suffix)]
+    return Kernel(repo_root, rel, spec.relative_to(repo_root), language, op)

@@ -1,0 +1,5 @@
+import sys
+
+from loop.worker.jobs import main
+
+sys.exit(main())
