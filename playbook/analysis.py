@@ -134,3 +134,13 @@ def analyze(source: str, bottleneck: str | None = None, backend: str | None = No
     else:
         cls = "element-wise"
     return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch)
+
+
+def kernel_names(source: str, language: str) -> list[str]:
+    """The target's @triton.jit / @ct.kernel functions, found structurally."""
+    from playbook import cst_util
+
+    module = cst_util.parse(source)
+    al = cst_util.aliases(module)
+    found = cst_util.cutile_kernels(module, al) if language == "cutile" else cst_util.triton_kernels(module, al)
+    return list(found)

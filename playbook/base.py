@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, Sequence
 
 from loop.common.errors import UserError
@@ -96,6 +97,12 @@ def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Seq
                               f"{len(cands)} candidate(s), all tried" if not left else
                               f"{len(left)} of {len(cands)} candidate(s) untried")
     return out
+
+
+def page_text(recipe: Recipe) -> str:
+    """The recipe's markdown page (what, when, expected effect, hazards, before/after)."""
+    page = Path(__file__).parent / "pages" / f"{recipe.id}.md"
+    return page.read_text() if page.exists() else f"# {recipe.id}\n\n{recipe.title}\n"
 
 
 def inapplicable(recipe: Recipe, analysis: Analysis) -> str:

@@ -24,7 +24,7 @@ from loop.tools import ncu, profile
 from loop.run import experiment as experiment_mod
 from loop.common import settings as settings_mod
 from loop.run import state as st
-from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze
+from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze, kernel_names
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 TARGET = "kernels/vector_add/vector_add_triton.py"
@@ -165,13 +165,13 @@ def test_no_kernel_lists_what_ncu_saw_and_unknown_metric_names_it():
 
 
 def test_kernel_filter_matches_cutile_symbols_and_triton_names_only():
-    names = profile.kernel_names((REPO_ROOT / "kernels/softmax/softmax_cutile.py").read_text(), "cutile")
+    names = kernel_names((REPO_ROOT / "kernels/softmax/softmax_cutile.py").read_text(), "cutile")
     assert names == ["softmax_kernel"]
     pattern = ncu.kernel_regex(names).removeprefix("regex:")
     assert re.search(pattern, "softmax_kernel_K1_a2f16_a2f16_ci1024")  # cuTile: name + mangled signature
     assert re.search(pattern, "softmax_kernel")  # Triton: the function name
     assert not re.search(pattern, "vectorized_elementwise_kernel")
-    assert profile.kernel_names((REPO_ROOT / "kernels/matmul/matmul_triton.py").read_text(), "triton") == ["matmul_kernel"]
+    assert kernel_names((REPO_ROOT / "kernels/matmul/matmul_triton.py").read_text(), "triton") == ["matmul_kernel"]
     with pytest.raises(ValueError, match="not an identifier"):
         ncu.kernel_regex(["add_kernel|.*"])
 

@@ -529,7 +529,7 @@ def cmd_playbook(args, settings) -> int:
 
     import playbook
     from playbook.analysis import analyze
-    from playbook.base import attempt, inapplicable
+    from playbook.base import attempt, inapplicable, page_text
 
     if args.action == "list":
         rows = [{"id": r.id, "languages": ",".join(r.languages), "title": r.title} for r in playbook.recipes()]
@@ -539,8 +539,7 @@ def cmd_playbook(args, settings) -> int:
         raise UserError(f"playbook {args.action} needs a recipe id; valid: {', '.join(r.id for r in playbook.recipes())}")
     recipe = playbook.get(args.recipe)
     if args.action == "show":
-        page = Path(playbook.__file__).parent / "pages" / f"{recipe.id}.md"
-        text = page.read_text() if page.exists() else f"# {recipe.id}\n\n{recipe.title}\n"
+        text = page_text(recipe)
         _emit(args, {"id": recipe.id, "title": recipe.title, "languages": list(recipe.languages), "page": text}, text)
         return 0
     if not args.target:

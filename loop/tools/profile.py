@@ -46,6 +46,7 @@ from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.records.results import read_records
 from loop.common.settings import Settings
+from playbook import analysis
 
 PROFILE_SCHEMA = "tileloop.profile/1"
 KERNEL_FAILURES = ("compile_error", "runtime_error", "timeout", "oom", "incorrect")
@@ -165,16 +166,6 @@ def summarize(launches: list[ncu.Launch]) -> list[dict]:
 # ----------------------------------------------------------------------------- the command
 
 
-def kernel_names(source: str, language: str) -> list[str]:
-    """The target's @triton.jit / @ct.kernel functions, found structurally."""
-    from playbook import cst_util
-
-    module = cst_util.parse(source)
-    al = cst_util.aliases(module)
-    found = cst_util.cutile_kernels(module, al) if language == "cutile" else cst_util.triton_kernels(module, al)
-    return list(found)
-
-
 def resolve_ncu(path: str | None) -> tuple[str | None, str | None, str]:
     """(executable, version, why not) for --ncu PATH or the ncu on PATH."""
     exe = shutil.which(path) if path else shutil.which("ncu")
@@ -226,7 +217,7 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
         root = path.parent
     kernel = load_kernel(path, root)
     source = kernel.target_abs.read_text()
-    names = list(kernels or kernel_names(source, kernel.language))
+    names = list(kernels or analysis.kernel_names(source, kernel.language))
     if not names:
         raise UserError(f"no @triton.jit or @ct.kernel function found in {kernel.target}", hint="name it with --kernel NAME")
     try:
