@@ -16,7 +16,8 @@ import pytest
 
 from loop import backends
 from loop.tools import doctor
-from loop.worker import jobs as worker
+from loop.worker import proof as worker_proof
+from loop.worker.failures import load_module
 from loop.backends import Availability, availability, default_target, tileiras_environment
 from loop.common.errors import UserError
 from loop.measure.evaluate import to_backend_result
@@ -403,7 +404,7 @@ TILE_IR = ("source", "ttir", "tileir", "cubin")
 
 def test_proof_detects_a_silent_fallback_to_ptx():
     mod = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("cuda", PTX_IR)]))
-    proof = worker.backend_proof({"candidate": mod}, "tileir")
+    proof = worker_proof.backend_proof({"candidate": mod}, "tileir")
     assert proof["ok"] is False
     assert proof["ran"] == "ptx"
     assert proof["detail"].startswith("FALLBACK to PTX")
@@ -412,21 +413,21 @@ def test_proof_detects_a_silent_fallback_to_ptx():
 
 def test_proof_ok_for_ptx_compiled_for_cuda():
     mod = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("cuda", PTX_IR)]))
-    proof = worker.backend_proof({"candidate": mod, "incumbent": mod}, "ptx")
+    proof = worker_proof.backend_proof({"candidate": mod, "incumbent": mod}, "ptx")
     assert proof["ok"] is True and proof["ran"] == "ptx"
     assert "FALLBACK" not in proof["detail"]
 
 
 def test_proof_ok_for_tileir():
     mod = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("tileir", TILE_IR)]))
-    proof = worker.backend_proof({"candidate": mod}, "tileir")
+    proof = worker_proof.backend_proof({"candidate": mod}, "tileir")
     assert proof["ok"] is True and proof["ran"] == "tileir"
 
 
 def test_proof_recognises_tile_ir_by_its_ir_kinds_too():
     # a cuda target whose compile produced a Tile IR stage still ran through Tile IR
     mod = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("cuda", TILE_IR)]))
-    assert worker.backend_proof({"candidate": mod}, "tileir") == {
+    assert worker_proof.backend_proof({"candidate": mod}, "tileir") == {
         "ran": "tileir", "ok": True, "detail": f"targets=['cuda'] ir={sorted(TILE_IR)}"}
 
 
@@ -434,44 +435,44 @@ def test_proof_mixed_caches_count_as_tileir_only_if_any_kernel_went_through_tile
     # one module on tile IR, the other through PTX: the run is not purely PTX
     tile = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("tileir", TILE_IR)]))
     ptx = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("cuda", PTX_IR)]))
-    assert worker.backend_proof({"candidate": tile, "incumbent": ptx}, "ptx")["ok"] is False
+    assert worker_proof.backend_proof({"candidate": tile, "incumbent": ptx}, "ptx")["ok"] is False
 
 
 def test_proof_tileir_when_ptx_was_asked_is_not_ok():
     mod = fake_module(add_kernel=FakeJITFunction([FakeCompiledKernel("tileir", TILE_IR)]))
-    proof = worker.backend_proof({"candidate": mod}, "ptx")
+    proof = worker_proof.backend_proof({"candidate": mod}, "ptx")
     assert proof["ok"] is False and proof["ran"] == "tileir"
 
 
 def test_proof_looks_through_autotuner_wrappers():
     jit = FakeJITFunction([FakeCompiledKernel("cuda", PTX_IR)])
     mod = fake_module(add_kernel=FakeAutotuner(FakeAutotuner(jit)))
-    proof = worker.backend_proof({"candidate": mod}, "tileir")
+    proof = worker_proof.backend_proof({"candidate": mod}, "tileir")
     assert proof["ok"] is False and proof["detail"].startswith("FALLBACK")
 
 
 def test_proof_without_compiled_kernels_is_not_ok():
     mod = fake_module(add_kernel=FakeJITFunction([]))
-    proof = worker.backend_proof({"candidate": mod}, "tileir")
+    proof = worker_proof.backend_proof({"candidate": mod}, "tileir")
     assert proof["ok"] is False and proof["ran"] == "unknown"
     assert "no compiled kernels" in proof["detail"]
 
 
 def test_proof_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert worker.backend_proof({}, "interpreter")["ok"] is True
+    assert worker_proof.backend_proof({}, "interpreter")["ok"] is True
     monkeypatch.delenv("TRITON_INTERPRET")
-    assert worker.backend_proof({}, "interpreter")["ok"] is False
+    assert worker_proof.backend_proof({}, "interpreter")["ok"] is False
 
 
 def test_proof_cutile(monkeypatch):
-    monkeypatch.setattr(worker, "CUTILE_COMPILES", [])
-    assert worker.backend_proof({}, "cutile")["ok"] is False
-    monkeypatch.setattr(worker, "CUTILE_COMPILES", [{"kernel": "add_kernel", "cubin_bytes": 4096, "occupancy": 2, "num_ctas": None}])
-    proof = worker.backend_proof({}, "cutile")
+    monkeypatch.setattr(worker_proof, "CUTILE_COMPILES", [])
+    assert worker_proof.backend_proof({}, "cutile")["ok"] is False
+    monkeypatch.setattr(worker_proof, "CUTILE_COMPILES", [{"kernel": "add_kernel", "cubin_bytes": 4096, "occupancy": 2, "num_ctas": None}])
+    proof = worker_proof.backend_proof({}, "cutile")
     assert proof["ok"] is True and proof["ran"] == "cutile" and "add_kernel" in proof["detail"]
-    monkeypatch.setattr(worker, "CUTILE_COMPILES", [{"kernel": "add_kernel", "cubin_bytes": 0}])
-    assert worker.backend_proof({}, "cutile")["ok"] is False
+    monkeypatch.setattr(worker_proof, "CUTILE_COMPILES", [{"kernel": "add_kernel", "cubin_bytes": 0}])
+    assert worker_proof.backend_proof({}, "cutile")["ok"] is False
 
 
 @pytest.mark.slow
@@ -486,7 +487,7 @@ def test_proof_on_real_triton_jit_caches(monkeypatch):
     modules = {}
 
     def load_target():
-        return worker.load_module("tileloop_test_proof_va", REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py")
+        return load_module("tileloop_test_proof_va", REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py")
 
     def call_run(module):
         modules["candidate"] = module
@@ -498,10 +499,10 @@ def test_proof_on_real_triton_jit_caches(monkeypatch):
     finally:
         sys.modules.pop("tileloop_test_proof_va", None)
     assert compiled and "cubin" in compiled[0]["ir"]
-    proof = worker.backend_proof(modules, "tileir")
+    proof = worker_proof.backend_proof(modules, "tileir")
     assert proof["ok"] is False and proof["ran"] == "ptx"
     assert proof["detail"].startswith("FALLBACK to PTX") and "'cuda'" in proof["detail"]
-    assert worker.backend_proof(modules, "ptx")["ok"] is True
+    assert worker_proof.backend_proof(modules, "ptx")["ok"] is True
 
 
 # --------------------------------------------------------------------------- to_backend_result

@@ -104,7 +104,8 @@ spec_path, target_path, shapes = Path(sys.argv[1]), Path(sys.argv[2]), json.load
 sys.path.insert(0, str(target_path.parent))
 import torch
 from triton.runtime.autotuner import Autotuner
-from loop.worker.jobs import Harness, load_module
+from loop.worker.correctness import Harness
+from loop.worker.failures import load_module
 spec = load_module("spec_under_test", spec_path)
 target = load_module("target_under_test", target_path)
 (tuner,) = [v for v in vars(target).values() if isinstance(v, Autotuner)]

@@ -434,7 +434,7 @@ class _Target:
 
 
 def load_candidate(tmp_path: Path, op: str, source: str):
-    from loop.worker.jobs import load_module
+    from loop.worker.failures import load_module
 
     return load_module(f"tileir_candidate_{op}", materialise(tmp_path, op, "triton", source))
 

@@ -361,7 +361,7 @@ def test_a_rewritten_kernel_is_not_rewritten_again():
 
 def test_dispatch_helper_on_real_tensors(tmp_path):
     torch = pytest.importorskip("torch")
-    from loop.worker.jobs import load_module
+    from loop.worker.failures import load_module
 
     path = tmp_path / "matmul_triton.py"
     path.write_text(rewrite(MATMUL))
@@ -419,7 +419,7 @@ DISPATCH = r'''
 import json, sys
 from pathlib import Path
 import torch
-from loop.worker.jobs import load_module
+from loop.worker.failures import load_module
 spec = load_module("spec_under_test", Path(sys.argv[1]))
 mod = load_module("target_under_test", Path(sys.argv[2]))
 ran = []
@@ -473,7 +473,8 @@ import json, sys
 from pathlib import Path
 import torch
 from triton.runtime.autotuner import Autotuner
-from loop.worker.jobs import Harness, load_module
+from loop.worker.correctness import Harness
+from loop.worker.failures import load_module
 spec = load_module("spec_under_test", Path(sys.argv[1]))
 target = load_module("target_under_test", Path(sys.argv[2]))
 tuner = target.matmul_kernel_tma
@@ -519,7 +520,7 @@ def test_rewrite_compiles_ahead_of_time_for_hopper_and_blackwell(autotuned, tmp_
 def test_the_twin_uses_tma_instructions_on_hopper_and_blackwell(tmp_path):
     torch = pytest.importorskip("torch")
     from loop.worker import aot
-    from loop.worker.jobs import load_module
+    from loop.worker.failures import load_module
 
     if aot.cuobjdump() is None:
         pytest.skip("cuobjdump not found")

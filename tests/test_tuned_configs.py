@@ -11,7 +11,7 @@ from __future__ import annotations
 import types
 
 from loop.measure.evaluate import SUMMARY_KEYS, _summary
-from loop.worker.jobs import tuned_configs
+from loop.worker.bench import tuned_configs
 
 
 class FakeAutotuner:  # the two attributes of triton.runtime.autotuner.Autotuner that are read

@@ -8,7 +8,7 @@
 | `interpreter` | triton   | cpu    | TRITON_INTERPRET=1 (timings are CPU interpreter timings, never GPU numbers) |
 
 Availability is decided from a worker probe (`loop.worker --probe`), never by importing kernel
-code here. Each worker proves that its backend really ran (see `loop.worker.jobs.backend_proof`);
+code here. Each worker proves that its backend really ran (see `loop.worker.proof.backend_proof`);
 a fallback (e.g. nvtriton silently compiling through PTX) is recorded as such.
 """
 

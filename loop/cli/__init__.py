@@ -391,9 +391,10 @@ def cmd_demo(args, settings) -> int:
     import subprocess
     import tempfile
 
+    from loop.common.files import SOURCE_ROOT
     from loop.run.experiment import init_run
 
-    source = Path(__file__).resolve().parent.parent / "kernels" / args.op
+    source = SOURCE_ROOT / "kernels" / args.op
     if not source.is_dir():
         raise UserError(f"the demo kernel {source} is missing", hint="run the demo from a tileloop source checkout")
     where = args.dir or Path(tempfile.mkdtemp(prefix="tileloop-demo-"))

@@ -6,6 +6,10 @@ import os
 import tempfile
 from pathlib import Path
 
+# the folder that holds the `loop` package: workers and child runs import this tileloop from it, and
+# in a source checkout it also holds the included kernels (kernels/) the demo copies
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

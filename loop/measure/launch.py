@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Sequence
 
 from loop.backends import Backend, tileiras_environment
+from loop.common.files import SOURCE_ROOT
 from loop.common.settings import Settings
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 
 def with_package_path(env: dict) -> dict:
     """`env` with this tileloop first on PYTHONPATH, so that `python -m loop...` children import it."""
-    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(SOURCE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -49,9 +49,9 @@ def _log_tail(path: Path, limit: int = 3000) -> str:
         return ""
 
 
-def worker_command(settings: Settings, workdir: Path, name: str, job: bool, module: str = "loop.worker") -> list[str]:
+def worker_command(settings: Settings, workdir: Path, name: str, job: bool) -> list[str]:
     """The worker's command line as `run_worker` runs it (after its launcher, if any)."""
-    cmd = [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+    cmd = [settings.python or sys.executable, "-m", "loop.worker", "--result", str(workdir / f"{name}.result.json")]
     if not job:
         return cmd + ["--health" if name == "health" else "--probe"]
     return cmd + ["--job", str(workdir / f"{name}.job.json")]
@@ -59,9 +59,9 @@ def worker_command(settings: Settings, workdir: Path, name: str, job: bool, modu
 
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
                cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
-               module: str = "loop.worker", launcher: Sequence[str] = (), procs: list | None = None) -> dict:
-    """Run one worker; always returns a result dict with a typed `status`. `module` is the worker's
-    entry point (`python -m <module> --job J --result R`), `loop.worker` unless a command has its own.
+               launcher: Sequence[str] = (), procs: list | None = None) -> dict:
+    """Run one worker (`python -m loop.worker --job J --result R`, or `--probe`/`--health` when `job`
+    is None); always returns a result dict with a typed `status`.
     `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`).
     `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
     can kill them all when it is interrupted (a signal reaches the main thread only)."""
@@ -71,7 +71,7 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     log_path = workdir / f"{name}.log"
     if result_path.exists():
         result_path.unlink()
-    cmd = [*launcher, *worker_command(settings, workdir, name, job is not None, module)]
+    cmd = [*launcher, *worker_command(settings, workdir, name, job is not None)]
     if job is not None:
         (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
     timeout = timeout_s or settings.worker_timeout_s

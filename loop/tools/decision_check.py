@@ -11,7 +11,7 @@ Scenarios, each repeated `--trials` times at every chosen shape:
 * `speedup`: the incumbent carries the plant, the candidate does not. Detected = `keep` (the
   interval's lower end clears 1: verdict improved, low_gain or marginal).
 
-Every trial is measured exactly as an iteration measures (`loop.worker.jobs.bench_shape`: the same
+Every trial is measured exactly as an iteration measures (`loop.worker.bench.bench_shape`: the same
 input sets, ABBA interleaving, CUDA graphs or L2 flush, the check of what the timed run wrote,
 fresh seeded inputs per trial) and decided exactly as an iteration decides
 (`loop.measure.evaluate.comparisons` + `loop.decide.decide`, default Policy), per shape and, with more
@@ -317,8 +317,8 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
         impls.append({"label": label, "path": str(copy)})
     events_path = workdir / "decision-check.events.jsonl"
     events_path.unlink(missing_ok=True)
-    job = {"spec": str(kernel.spec_abs), "target_dir": str(kernel.target_abs.parent), "device": device,
-           "backend": backend, "impls": impls, "seed": seed, "trials": trials, "scenarios": list(scenarios),
+    job = {"mode": "decision-check", "spec": str(kernel.spec_abs), "target_dir": str(kernel.target_abs.parent),
+           "device": device, "backend": backend, "impls": impls, "seed": seed, "trials": trials, "scenarios": list(scenarios),
            "plant": plant, "shapes": [list(s) for s in shapes] if shapes else None, "dtype": dtype,
            "timing": CPU_TIMING if device == "cpu" else {}, "verify_rounds": VERIFY_ROUNDS[device],
            "events": str(events_path), "policy": policy.to_json()}
@@ -333,7 +333,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     follow.start()
     try:
         raw = run_worker(workdir, job, backend_registry.get(backend), settings, workdir / "cache", timeout_s=timeout,
-                         name="decision-check", module="loop.worker.decision_job")
+                         name="decision-check")
     finally:
         follow.stop()
         view.close()

@@ -1,5 +1,5 @@
 import sys
 
-from loop.worker.jobs import main
+from loop.worker.entry import main
 
 sys.exit(main())

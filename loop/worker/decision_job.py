@@ -1,14 +1,14 @@
-"""The decision-check worker: `python -m loop.decision_worker --job JOB.json --result RESULT.json`.
+"""The decision-check job (`mode: decision-check` of `python -m loop.worker`).
 
-Launched by `loop.decision_check` through `loop.measure.launch.run_worker` (own process group, hard
-timeout, own TRITON_CACHE_DIR); like `loop.worker`, the only place kernel code is imported. It
+Launched by `loop.tools.decision_check` through `loop.measure.launch.run_worker` (own process group,
+hard timeout, own TRITON_CACHE_DIR), like every worker job. It
 
 1. loads the spec and the two copies of the target (incumbent, candidate) by path,
 2. with `plant`, calibrates per shape a plant: `scratch.neg_()` over an fp32 buffer after `run()`,
    sized by measurement (`next_size`) to add `plant` of the kernel's time, then measures the
    planted ratio again in `verify_rounds` separate rounds,
 3. repeats, per trial and scenario (order rotated per trial), one measurement per shape through
-   `loop.worker.jobs.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), plus a
+   `loop.worker.bench.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), plus a
    second one with new inputs where the loop would decide `remeasure` (a speedup over
    `Policy.suspicious`), as an iteration measures such a candidate again before deciding, and
 4. appends one JSON line per event to the job's events file (start, calibration, trial), so
@@ -19,18 +19,22 @@ Nothing here decides: the orchestrator decides each trial with the loop's own fu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
-from loop.common.jobs import MAX_PROBES, shape_text
+from loop.common.jobs import MAX_PROBES, seed_for, shape_text
 from loop.common.stats import ShapeComparison, paired
+from loop.worker import timing
+from loop.worker.bench import bench_shape
+from loop.worker.correctness import Harness
+from loop.worker.failures import ImplFailure, call_impl, load_module
+from loop.worker.jobs import start_job
+from loop.worker.proof import backend_proof
+from loop.worker.tamper import check_tamper, timer_identities
 
 PLANT_REF_ELEMS = {"cuda": 1 << 24, "cpu": 1 << 20}  # plant timed alone at this size: the starting slope
 PLANT_MAX_ELEMS = {"cuda": 1 << 29, "cpu": 1 << 26}  # 2 GiB / 256 MiB of fp32 scratch
@@ -117,8 +121,6 @@ class _Events:
 
 def _measure(torch, harness, pair: dict, job: dict, seed: int, shape: tuple, dtype: str, plan) -> dict:
     """One measurement of an (incumbent, candidate) pair exactly as an iteration's worker makes it."""
-    from loop.worker.jobs import bench_shape
-
     entry = bench_shape(torch, harness, pair, {"device": job["device"], "seed": seed, "clone_bandwidth": False},
                         shape, dtype, plan)
     return {"shape": entry["shape"], "dtype": entry["dtype"], "method": entry["method"],
@@ -148,15 +150,11 @@ def _planted_ratio(entry: dict, z: float, floor: float) -> ShapeComparison:
     """Paired comparison with the plain version as incumbent: 1/speedup is planted time / plain time."""
     for lab, rc in entry["recheck"].items():
         if not rc["ok"]:
-            from loop.worker.jobs import ImplFailure
-
             raise ImplFailure("incorrect", lab, f"plant calibration: output of the timed run is wrong: {rc.get('reason')}")
     return paired(entry["shape"], entry["impls"]["incumbent"]["samples_ms"], entry["impls"]["candidate"]["samples_ms"],
                   z, floor)
 
 def _plant_ms_per_elem(torch, harness, device: str, plan) -> float:
-    from loop.worker import timing
-
     n = PLANT_REF_ELEMS[device]
     scratch = torch.ones(n, dtype=torch.float32, device=device)
     if device == "cuda":
@@ -167,8 +165,6 @@ def _plant_ms_per_elem(torch, harness, device: str, plan) -> float:
 
 
 def calibrate(torch, harness, modules: dict, job: dict, shape: tuple, dtype: str, plan, events: _Events) -> tuple[dict, Plant]:
-    from loop.common.jobs import seed_for
-
     device, frac, z = job["device"], float(job["plant"]), float(job["policy"]["z"])
     tol = max(0.15 * frac, 0.002)
     plain, cand = modules["incumbent"], modules["candidate"]
@@ -251,17 +247,14 @@ def _shapes(spec, job: dict) -> list[tuple]:
 def worker_job(job: dict) -> dict:
     import torch
 
-    from loop.worker import timing
-    from loop.worker import jobs as w
-
     device = job["device"]
     clock = timing._Clock(torch) if device == "cuda" else None  # before any kernel code is imported
-    tamper_watch = w._timer_identities(torch)
-    spec = w.start_job(torch, job)
-    harness = w.Harness(torch, spec, device, clock)
-    modules = {impl["label"]: w.call_impl(impl["label"], "import", w.load_module, f"tileloop_impl_{impl['label']}",
+    tamper_watch = timer_identities(torch)
+    spec = start_job(torch, job)
+    harness = Harness(torch, spec, device, clock)
+    modules = {impl["label"]: call_impl(impl["label"], "import", load_module, f"tileloop_impl_{impl['label']}",
                                           Path(impl["path"])) for impl in job["impls"]}
-    w._check_tamper(torch, tamper_watch, "import")
+    check_tamper(torch, tamper_watch, "import")
     dtype, shapes = _bench_dtype(spec, job), _shapes(spec, job)
     plan = timing.TimingPlan(**job.get("timing", {}))
     events = _Events(Path(job["events"]))
@@ -286,29 +279,13 @@ def worker_job(job: dict) -> dict:
                     inc = plants[shape].wrap(inc)
                 pairs.append({"incumbent": inc, "candidate": cand})
                 entries.append(_measure(torch, harness, pairs[-1], job,
-                                        w.seed_for(job["seed"], "trial", t, scenario), shape, dtype, plan))
+                                        seed_for(job["seed"], "trial", t, scenario), shape, dtype, plan))
             again = None
             if remeasure_wanted(entries, policy):
-                again = [_measure(torch, harness, pairs[i], job, w.seed_for(job["seed"], "remeasure", t, scenario),
+                again = [_measure(torch, harness, pairs[i], job, seed_for(job["seed"], "remeasure", t, scenario),
                                   shape, dtype, plan) for i, shape in enumerate(shapes)]
             events.write(event="trial", trial=t, scenario=scenario, timing={"shapes": entries},
                          remeasure={"shapes": again} if again else None)
-    w._check_tamper(torch, tamper_watch, "timing")
+    check_tamper(torch, tamper_watch, "timing")
     return {"status": "ok", "dtype": dtype, "shapes": [list(s) for s in shapes], "trials_done": job["trials"],
-            "proof": w.backend_proof(modules, job["backend"])}
-
-
-def main(argv: list[str] | None = None) -> int:
-    from loop.worker.jobs import write_job_result
-
-    ap = argparse.ArgumentParser(prog="python -m loop.decision_worker", description="decision-check worker")
-    ap.add_argument("--job", type=Path, required=True)
-    ap.add_argument("--result", type=Path, required=True)
-    args = ap.parse_args(argv)
-    started = time.time()
-    job = json.loads(args.job.read_text())
-    return write_job_result(args.result, job, started, worker_job, typed=((BadInput, "bad_input"),))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            "proof": backend_proof(modules, job["backend"])}
