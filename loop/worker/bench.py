@@ -7,6 +7,8 @@ from __future__ import annotations
 import inspect
 
 from loop.common.jobs import seed_for
+from loop.common.stats import summarize
+from loop.worker import timing
 from loop.worker.correctness import Harness, compare, poison
 from loop.worker.failures import call_impl
 
@@ -33,8 +35,6 @@ def tuned_configs(module) -> dict[str, str]:
 
 
 def bench_all(torch, harness: Harness, modules: dict, job: dict, dtypes: list[str]) -> dict:
-    from loop.worker import timing
-
     spec = harness.spec
     device = job["device"]
     dtype = job.get("bench_dtype") or dtypes[0]
@@ -50,75 +50,16 @@ def bench_all(torch, harness: Harness, modules: dict, job: dict, dtypes: list[st
 
 
 def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple, dtype: str, plan) -> dict:
-    from loop.worker import timing
-    from loop.common.stats import summarize
-
+    """One benchmark shape: every implementation timed interleaved on the same input sets, then what
+    the timed run wrote checked again, and the samples summarised in physical units."""
     spec, device = harness.spec, job["device"]
     base_seed = seed_for(job["seed"], "bench", shape, dtype)
-    first = harness.make_inputs(shape, dtype, base_seed)
-    in_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
-    nsets = 1
-    notes = []
-    if device == "cuda":
-        l2 = timing.l2_bytes(torch)
-        nsets = int(min(timing.MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // max(in_bytes, 1)))))
-        nsets = max(1, min(nsets, int(2**30 // max(in_bytes, 1))))
-        notes.append(f"{nsets} rotating input set(s) of {in_bytes / 2**20:.2f} MiB ({nsets * in_bytes / l2:.1f}x L2)")
-    sets = [first] + [harness.make_inputs(shape, dtype, base_seed + j) for j in range(1, nsets)]
-    refs: list = [None, None]
+    sets, notes = _input_sets(torch, harness, device, shape, dtype, base_seed)
     labels = list(modules)
-    # every implementation reads the same input sets (the same memory): separate copies showed a
-    # systematic ~1-3% difference between identical kernels on an H200 (placement, not code)
-    last_results: dict[str, list] = {lab: [None] * nsets for lab in labels}
-
-    def guard(label):
-        run, store = modules[label].run, last_results[label]
-
-        def fn(j):
-            store[j] = call_impl(label, "call", run, **sets[j])
-        return fn
-
-    guarded = {lab: guard(lab) for lab in labels}
     tuned_before = {lab: tuned_configs(modules[lab]) for lab in labels}  # picks made for this shape come after
-    peak = {}
-    if device == "cuda":
-        for lab in labels:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            guarded[lab](0)
-            torch.cuda.synchronize()
-            peak[lab] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 3)
-        res = call_impl(labels[-1], "call", timing.time_gpu, torch, harness.clock, guarded, nsets, plan)
-    else:
-        res = timing.time_cpu({lab: (lambda lab=lab: guarded[lab](0)) for lab in labels}, plan)
-    atol, rtol = harness.tolerance(dtype)
-    recheck = {}
-    checked = [0, 1] if nsets > 1 else [0]
-    for lab in labels:  # what the timed work itself writes: fresh data in the same buffers, poison, run, check
-        for j in checked:  # new values in place: a kernel that caches results (by shape or pointer) fails here
-            fresh = harness.make_inputs(shape, dtype, seed_for(base_seed, "recheck", lab, j))
-            for k, v in fresh.items():
-                if isinstance(v, torch.Tensor) and k not in harness.outputs:
-                    sets[j][k].copy_(v)
-            refs[j] = harness.reference(sets[j])
-        for j, s in enumerate(sets):
-            harness.prepare_call(s)
-            if isinstance(last_results[lab][j], torch.Tensor):  # a graph's own output buffer
-                poison(torch, last_results[lab][j])
-        call_impl(lab, "call", res.replay[lab])
-        if device == "cuda":
-            call_impl(lab, "call", torch.cuda.synchronize)
-        used = range(nsets) if device == "cuda" else range(1)
-        outs = {j: harness.output_of(last_results[lab][j], sets[j]) for j in used}
-        rc = compare(torch, outs[0], refs[0], atol, rtol)
-        if rc["ok"] and 1 in outs:
-            rc = compare(torch, outs[1], refs[1], atol, rtol)
-        for j in used:
-            o = outs[j]
-            if rc["ok"] and isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
-                rc = {"ok": False, "reason": f"input set {j}: output has NaN/inf after the timed run (unwritten)"}
-        recheck[lab] = rc
+    res, last_results, peak = _time_all(torch, harness, modules, sets, device, plan)
+    recheck = {lab: _recheck(torch, harness, lab, sets, last_results[lab], res.replay[lab], device,
+                             (shape, dtype, base_seed)) for lab in labels}
     flops = float(spec.flops(shape))
     nbytes = float(_bytes_moved(spec, shape, dtype))
     impls = {}
@@ -141,6 +82,85 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
     return entry
 
 
+
+
+def _input_sets(torch, harness: Harness, device: str, shape: tuple, dtype: str, base_seed: int) -> tuple[list[dict], list[str]]:
+    """The input sets the timed calls rotate over: on a GPU, enough sets to exceed 3x L2 (at most
+    MAX_CALLS_PER_GRAPH, at most 1 GiB), so that every call reads cold data; one set on the CPU."""
+    first = harness.make_inputs(shape, dtype, base_seed)
+    in_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
+    nsets, notes = 1, []
+    if device == "cuda":
+        l2 = timing.l2_bytes(torch)
+        nsets = int(min(timing.MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // max(in_bytes, 1)))))
+        nsets = max(1, min(nsets, int(2**30 // max(in_bytes, 1))))
+        notes.append(f"{nsets} rotating input set(s) of {in_bytes / 2**20:.2f} MiB ({nsets * in_bytes / l2:.1f}x L2)")
+    return [first] + [harness.make_inputs(shape, dtype, base_seed + j) for j in range(1, nsets)], notes
+
+
+def _time_all(torch, harness: Harness, modules: dict, sets: list[dict], device: str, plan):
+    """Time every implementation interleaved; returns the timing result, what each call returned
+    (per label and input set) and the peak memory of one call per label (GPU)."""
+    nsets, labels = len(sets), list(modules)
+    # every implementation reads the same input sets (the same memory): separate copies showed a
+    # systematic ~1-3% difference between identical kernels on an H200 (placement, not code)
+    last_results: dict[str, list] = {lab: [None] * nsets for lab in labels}
+
+    def guard(label):
+        run, store = modules[label].run, last_results[label]
+
+        def fn(j):
+            store[j] = call_impl(label, "call", run, **sets[j])
+        return fn
+
+    guarded = {lab: guard(lab) for lab in labels}
+    peak = {}
+    if device == "cuda":
+        for lab in labels:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            guarded[lab](0)
+            torch.cuda.synchronize()
+            peak[lab] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 3)
+        res = call_impl(labels[-1], "call", timing.time_gpu, torch, harness.clock, guarded, nsets, plan)
+    else:
+        res = timing.time_cpu({lab: (lambda lab=lab: guarded[lab](0)) for lab in labels}, plan)
+    return res, last_results, peak
+
+
+def _recheck(torch, harness: Harness, lab: str, sets: list[dict], results: list, replay, device: str, point: tuple) -> dict:
+    """What the timed work itself writes: fresh data in the same buffers (a kernel that caches
+    results by shape or pointer fails here), outputs poisoned, the timed work replayed, checked."""
+    shape, dtype, base_seed = point
+    nsets = len(sets)
+    atol, rtol = harness.tolerance(dtype)
+    refs: list = [None, None]
+    for j in ([0, 1] if nsets > 1 else [0]):
+        fresh = harness.make_inputs(shape, dtype, seed_for(base_seed, "recheck", lab, j))
+        for k, v in fresh.items():
+            if isinstance(v, torch.Tensor) and k not in harness.outputs:
+                sets[j][k].copy_(v)
+        refs[j] = harness.reference(sets[j])
+    for j, s in enumerate(sets):
+        harness.prepare_call(s)
+        if isinstance(results[j], torch.Tensor):  # a graph's own output buffer
+            poison(torch, results[j])
+    call_impl(lab, "call", replay)
+    if device == "cuda":
+        call_impl(lab, "call", torch.cuda.synchronize)
+    used = range(nsets) if device == "cuda" else range(1)
+    outs = {j: harness.output_of(results[j], sets[j]) for j in used}
+    rc = compare(torch, outs[0], refs[0], atol, rtol)
+    if rc["ok"] and 1 in outs:
+        rc = compare(torch, outs[1], refs[1], atol, rtol)
+    for j in used:
+        o = outs[j]
+        if rc["ok"] and isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
+            rc = {"ok": False, "reason": f"input set {j}: output has NaN/inf after the timed run (unwritten)"}
+    return rc
+
+
 def _bytes_moved(spec, shape, dtype: str) -> float:
     params = inspect.signature(spec.bytes_moved).parameters
     return spec.bytes_moved(shape, dtype) if len(params) >= 2 else spec.bytes_moved(shape)
@@ -148,9 +168,6 @@ def _bytes_moved(spec, shape, dtype: str) -> float:
 
 def clone_bandwidth(torch, clock, nbytes: float, plan) -> dict | None:
     """Same-run copy bandwidth for the same traffic (read + write = nbytes), the memory roofline."""
-    from loop.worker import timing
-    from loop.common.stats import summarize
-
     n = int(nbytes // 2)
     if n < 1024:
         return None
