@@ -1,123 +1,32 @@
-"""Backends: the ways a target is compiled and run, as a small interface plus a name registry.
+"""Backends: the ways a target is compiled and run, one module each, and their name registry.
 
-| name          | language | device | how                                             |
-|---------------|----------|--------|-------------------------------------------------|
-| `ptx`         | triton   | cuda   | stock Triton, ENABLE_TILE=0                     |
-| `tileir`      | triton   | cuda   | nvtriton with ENABLE_TILE=1 (Blackwell, sm_100+) |
-| `cutile`      | cutile   | cuda   | cuda.tile + tileiras                            |
-| `interpreter` | triton   | cpu    | TRITON_INTERPRET=1 (timings are CPU interpreter timings, never GPU numbers) |
+| name          | language | device | how                                                         |
+|---------------|----------|--------|-------------------------------------------------------------|
+| `ptx`         | triton   | cuda   | stock Triton, ENABLE_TILE=0 (`ptx.py`)                      |
+| `tileir`      | triton   | cuda   | nvtriton with ENABLE_TILE=1, Blackwell sm_100+ (`tileir.py`) |
+| `cutile`      | cutile   | cuda   | cuda.tile + tileiras (`cutile.py`)                          |
+| `interpreter` | triton   | cpu    | TRITON_INTERPRET=1, interpreter timings (`interpreter.py`)  |
 
-Availability is decided from a worker probe (`loop.worker --probe`), never by importing kernel
-code here. Each worker proves that its backend really ran (see `loop.worker.proof.backend_proof`);
-a fallback (e.g. nvtriton silently compiling through PTX) is recorded as such.
+Availability is decided from a worker probe (`python -m loop.worker --probe`), never by importing
+kernel code here. Each worker proves that its backend really ran (`loop.worker.proof`); a fallback
+(e.g. nvtriton silently compiling through PTX) is recorded as such. A new backend is a module
+here with its `Backend` and availability check, an entry in BACKENDS and in `for_language`, and
+its proof in `loop.worker.proof`.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from typing import Callable
-
+from loop.backends.base import Availability, Backend
+from loop.backends.cutile import CUTILE, tileiras_environment
+from loop.backends.interpreter import INTERPRETER
+from loop.backends.ptx import PTX
+from loop.backends.tileir import TILEIR
 from loop.common.errors import UserError
 
+__all__ = ["Availability", "Backend", "BACKENDS", "availability", "default_target", "for_language", "get",
+           "tileiras_environment"]
 
-@dataclass(frozen=True)
-class Availability:
-    available: bool
-    reason: str = ""
-
-    def to_json(self) -> dict:
-        return {"available": self.available, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    language: str
-    device: str  # "cuda" or "cpu"
-    env: tuple[tuple[str, str], ...]
-    unset: tuple[str, ...]
-    check: Callable[[dict], Availability]  # probe -> availability
-    timing_label: str  # what its numbers are: "gpu" or "interpreter"
-
-    def environment(self, tile_env: dict[str, str] | None = None) -> dict[str, str]:
-        env = dict(self.env)
-        if self.name == "tileir":
-            for key in ("TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ"):
-                env[key] = (tile_env or {}).get(key, "0")
-        return env
-
-
-def tileiras_environment(env: dict) -> list[str]:
-    """cuda-tile runs tileiras with CUDA_HOME passed through when tileiras comes from PATH; a
-    CUDA_HOME that points at an older toolkit (its libnvvm) then breaks Tile IR compilation.
-    Drop CUDA_HOME/CUDA_PATH unless the tileiras in use lives under CUDA_HOME. Returns notes."""
-    import shutil
-
-    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
-    tileiras = shutil.which("tileiras", path=env.get("PATH"))
-    under = tileiras and home and os.path.commonpath([os.path.realpath(tileiras), os.path.realpath(home)]) == os.path.realpath(home)
-    if home and tileiras and not under:
-        env.pop("CUDA_HOME", None)
-        env.pop("CUDA_PATH", None)
-        return [f"CUDA_HOME={home} unset for the worker: tileiras comes from {tileiras}"]
-    return []
-
-
-def _cuda_ok(probe: dict) -> Availability | None:
-    if not probe.get("cuda_available"):
-        return Availability(False, probe.get("cuda_reason") or "no CUDA device visible")
-    return None
-
-
-def _check_ptx(probe: dict) -> Availability:
-    if (bad := _cuda_ok(probe)) is not None:
-        return bad
-    if not probe.get("triton_version"):
-        return Availability(False, "triton is not importable")
-    return Availability(True)
-
-
-def _check_tileir(probe: dict) -> Availability:
-    if (bad := _cuda_ok(probe)) is not None:
-        return bad
-    if not probe.get("nvtriton"):
-        return Availability(False, "nvtriton not installed (triton.backends.tileir is not importable)")
-    major = (probe.get("capability") or [0, 0])[0]
-    if major < 10:
-        cap = ".".join(map(str, probe.get("capability") or []))
-        return Availability(False, f"Tile IR through nvtriton needs Blackwell (sm_100+); this GPU is sm_{cap.replace('.', '')}")
-    return Availability(True)
-
-
-def _check_cutile(probe: dict) -> Availability:
-    if (bad := _cuda_ok(probe)) is not None:
-        return bad
-    if not probe.get("cutile_version"):
-        return Availability(False, "cuda-tile not installed (pip install cuda-tile[tileiras])")
-    if not probe.get("tileiras"):
-        return Availability(False, "tileiras not found on PATH (pip install cuda-tile[tileiras])")
-    return Availability(True)
-
-
-def _check_interpreter(probe: dict) -> Availability:
-    if not probe.get("triton_version"):
-        return Availability(False, "triton is not importable")
-    return Availability(True)
-
-
-BACKENDS: dict[str, Backend] = {
-    b.name: b
-    for b in (
-        Backend("ptx", "triton", "cuda", (("ENABLE_TILE", "0"),),
-                ("TRITON_INTERPRET", "TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ"), _check_ptx, "gpu"),
-        # Tile IR keeps approx and FTZ off by default; a run that wants them sets them explicitly
-        # (they are recorded in the environment fingerprint), never inherited by accident.
-        Backend("tileir", "triton", "cuda", (("ENABLE_TILE", "1"),), ("TRITON_INTERPRET",), _check_tileir, "gpu"),
-        Backend("cutile", "cutile", "cuda", (), ("TRITON_INTERPRET",), _check_cutile, "gpu"),
-        Backend("interpreter", "triton", "cpu", (("TRITON_INTERPRET", "1"), ("ENABLE_TILE", "0")), (), _check_interpreter, "interpreter"),
-    )
-}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER)}
 
 
 def get(name: str) -> Backend:

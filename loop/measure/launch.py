@@ -31,8 +31,7 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
     if backend is not None:
         for key in backend.unset:
             env.pop(key, None)
-        env.update(backend.environment({k: os.environ[k] for k in ("TILEIR_ENABLE_APPROX", "TILEIR_ENABLE_FTZ")
-                                         if k in os.environ}))
+        env.update(backend.environment({k: os.environ[k] for k in backend.explicit if k in os.environ}))
         if backend.language == "cutile":
             tileiras_environment(env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
