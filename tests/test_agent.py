@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from loop.cli import main
-from loop.records.results import Row, read_records
+from loop.records.results import read_records
+from loop.records.perf_table import Row
 from test_e2e_cpu import SMALL_SPEC, TARGET, git, small_repo  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow

@@ -160,10 +160,10 @@ def test_the_tmp_triton_kernel_compiles_when_it_is_not_broken(tmp_path, env, cap
 def parallel(request, monkeypatch):
     """The compile gate with one worker for everything, and with one worker per (arch, dtype) at
     once (what a machine with cores to spare does; CI has 2 cores and would run one worker)."""
-    import loop.measure.evaluate
+    import loop.measure.compile_gate
 
     if request.param == "parallel":
-        monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
+        monkeypatch.setattr(loop.measure.compile_gate, "compile_parallelism", lambda n_jobs: n_jobs)
     return request.param
 
 
@@ -182,20 +182,20 @@ def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys,
 
 
 def test_parallel_compile_gate_reports_what_one_worker_reports(tmp_path, env, capsys, monkeypatch):
-    import loop.measure.evaluate
+    import loop.measure.compile_gate
 
     target = write_op(tmp_path, "double_triton.py", TRITON_TARGET.replace("{ARANGE}", "BLOCK"))
     (target.parent / "spec.py").write_text(SPEC.replace('DTYPES = ["float32"]', 'DTYPES = ["float32", "float16"]'))
     rc, one = compile_json(capsys, str(target), "--arch", "sm_90,sm_100")
     spawned = []
-    real = loop.measure.evaluate.run_worker
+    real = loop.measure.compile_gate.run_worker
 
     def counting(*args, **kwargs):
         spawned.append(args[1])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
-    monkeypatch.setattr(loop.evaluate, "run_worker", counting)
+    monkeypatch.setattr(loop.measure.compile_gate, "compile_parallelism", lambda n_jobs: n_jobs)
+    monkeypatch.setattr(loop.measure.compile_gate, "run_worker", counting)
     rc2, par = compile_json(capsys, str(target), "--arch", "sm_90,sm_100")
     assert rc == rc2 == 0 and one["ok"] and par["ok"]
     assert [(j["archs"], j["dtypes"]) for j in spawned] == [(["sm_90"], ["float32"]), (["sm_90"], ["float16"]),
@@ -264,7 +264,7 @@ def test_an_interrupted_parallel_compile_gate_leaves_no_worker_behind(tmp_path, 
     import threading
     import time
 
-    import loop.measure.evaluate
+    import loop.measure.compile_gate
     from loop.common.settings import Settings
 
     started = []
@@ -280,13 +280,13 @@ def test_an_interrupted_parallel_compile_gate_leaves_no_worker_behind(tmp_path, 
         proc.wait()
         return {"status": "ok", "compile": {"ok": True, "results": []}}
 
-    monkeypatch.setattr(loop.evaluate, "compile_parallelism", lambda n_jobs: n_jobs)
-    monkeypatch.setattr(loop.evaluate, "run_worker", fake_worker)
+    monkeypatch.setattr(loop.measure.compile_gate, "compile_parallelism", lambda n_jobs: n_jobs)
+    monkeypatch.setattr(loop.measure.compile_gate, "run_worker", fake_worker)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises, whatever ran before
     t0 = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            loop.measure.evaluate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
+            loop.measure.compile_gate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
                                        target=tmp_path / "t.py", language="triton", archs=["sm_90"],
                                        settings=Settings(), cache_root=tmp_path, dtypes=["float32", "float16"])
     finally:

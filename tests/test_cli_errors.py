@@ -18,7 +18,7 @@ import pytest
 
 from conftest import copy_vector_add, git
 from loop import cli
-from loop.run import experiment as experiment_mod
+from loop.measure import probe as probe_mod
 
 TARGET = "kernels/vector_add/vector_add_triton.py"
 
@@ -62,7 +62,7 @@ def no_probe(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise ReachedProbe("init probed the environment although its input was bad")
 
-    monkeypatch.setattr(experiment_mod, "probe_environment", refuse)
+    monkeypatch.setattr(probe_mod, "probe_environment", refuse)
 
 
 def assert_user_error(capsys, argv: list[str], *must_mention: str) -> str:

@@ -18,7 +18,8 @@ import pytest
 
 from loop import decide
 from loop.cli import main
-from loop.tools.decision_check import parse_shape, read_events, summarize, trial_rows, wilson
+from loop.decide.check import summarize, trial_rows, wilson
+from loop.tools.decision_check import parse_shape, read_events
 from loop.common.jobs import MAX_PROBES
 from loop.worker.decision_job import BadInput, _bench_dtype, _shapes, next_size
 

@@ -13,7 +13,8 @@ import pytest
 
 from loop.records import gitops, history
 from loop.cli import main
-from loop.records.results import Row, read_records
+from loop.records.results import read_records
+from loop.records.perf_table import Row
 
 pytestmark = pytest.mark.slow
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
@@ -153,12 +154,12 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
         assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS")), records[2]["optimization"]
 
     # interrupt the next iteration during its measurement, then resume: recorded once, as crash (interrupted)
-    from loop.run import experiment
+    from loop.run import measuring
 
     def killed(**kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(experiment, "measure", killed)
+    monkeypatch.setattr(measuring, "measure", killed)
     assert main(["resume", "--max-iters", "3"]) == 130
     capsys.readouterr()
     monkeypatch.undo()

@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO_ROOT, git
 from loop import cli
 from loop.tools import ncu, profile
-from loop.run import experiment as experiment_mod
+from loop.measure import probe as probe_mod
 from loop.common import settings as settings_mod
 from loop.run import state as st
 from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze, kernel_names
@@ -221,7 +221,7 @@ def fake_ncu(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def gpu_probe(monkeypatch):
-    monkeypatch.setattr(experiment_mod, "probe_environment", lambda root, settings: dict(GPU_PROBE))
+    monkeypatch.setattr(probe_mod, "probe_environment", lambda root, settings: dict(GPU_PROBE))
 
 
 def run_cli(capsys, *argv) -> tuple[int, dict, str]:
@@ -234,7 +234,7 @@ def test_ncu_absent_is_reported_with_its_exit_code_before_anything_runs(kernel_r
     def refuse(*a, **k):
         raise AssertionError("probed the environment although ncu is missing")
 
-    monkeypatch.setattr(experiment_mod, "probe_environment", refuse)
+    monkeypatch.setattr(probe_mod, "probe_environment", refuse)
     code, payload, err = run_cli(capsys, "--ncu", str(kernel_repo / "no" / "ncu"))
     assert code == 3 == profile.EXIT_CODES["ncu_missing"]
     assert payload["status"] == "ncu_missing" and payload["ok"] is False
@@ -313,7 +313,7 @@ def start_fake_run(root: Path) -> st.RunState:
 
 
 def test_profile_inside_a_run_is_stored_and_reorders_the_playbook(kernel_repo, fake_ncu, monkeypatch):
-    monkeypatch.setattr(experiment_mod, "probe_environment",
+    monkeypatch.setattr(probe_mod, "probe_environment",
                         lambda root, settings: {"cuda_available": False, "triton_version": "3.6.0"})
     state = start_fake_run(kernel_repo)
     exe = fake_ncu("table", "softmax_h200_raw.csv")
@@ -343,7 +343,7 @@ def test_profile_inside_a_run_is_stored_and_reorders_the_playbook(kernel_repo, f
 
 
 def test_a_wrong_kernel_is_reported_as_such_not_profiled(kernel_repo, fake_ncu, monkeypatch):
-    monkeypatch.setattr(experiment_mod, "probe_environment",
+    monkeypatch.setattr(probe_mod, "probe_environment",
                         lambda root, settings: {"cuda_available": False, "triton_version": "3.6.0"})
     state = start_fake_run(kernel_repo)
     (kernel_repo / TARGET).write_text((Path(__file__).parent / "faults" / "nan_output.py").read_text())

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from loop.records import history
-from loop.records.results import Row, read_records
+from loop.records.results import read_records
+from loop.records.perf_table import Row
 from loop.common.settings import KILL_STAGES
 from test_e2e_cpu import TARGET, git, small_repo  # noqa: F401  (fixture)
 

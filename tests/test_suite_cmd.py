@@ -57,7 +57,7 @@ def test_suite_refuses_bad_input(kernel_repo, capsys):
 
 
 def test_largest_shape_prefers_bytes():
-    from loop.suite.runner import largest
+    from loop.suite.summary import largest
 
     shapes = [{"shape": [4096, 4096], "bytes": 10.0}, {"shape": [2048, 16384], "bytes": 20.0}, {"shape": [8192, 1024], "bytes": 20.0}]
     assert largest(shapes)["shape"] == [2048, 16384]
@@ -267,7 +267,7 @@ def _entry(op, lang, final, largest_shape, frac_loop=None):
 
 
 def test_targets_are_met_only_when_every_measurement_clears_them():
-    from loop.suite.runner import target_rows
+    from loop.suite.summary import target_rows
 
     mm = _entry("matmul", "triton", [
         {"shape": "4096x4096x4096", "dtype": "bfloat16", "best (ms)": "0.221600", "torch eager (ms)": "0.198596",

@@ -7,22 +7,20 @@ under `sandbox/<run>/iter-NNN/`; records keep per-shape summaries.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure, UserError
 from loop.records.results import BackendResult
-from loop.measure.launch import kill_group, run_worker
+from loop.measure.launch import run_worker
 from loop.common.settings import Settings
 from loop.common.stats import geomean
 from loop.common.jobs import seed_for
 
+CPU_TIMING = {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}  # the interpreter: few, short rounds
 SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "peak_mem_mb", "gbps", "tflops", "frac_clone_bw",
                 "tuned")  # tuned: the configs a run-time tuner picked for this shape in the timing process
-
 
 
 @dataclass
@@ -122,8 +120,9 @@ def measure(
     return Measurement(ordered, raw_all)
 
 
-def guard_failures(m: Measurement, target_backend: str) -> list[str]:
-    return [f"{name}: {r.status} {r.reason}".strip() for name, r in m.results.items()
+def guard_failures(results: dict[str, BackendResult], target_backend: str) -> list[str]:
+    """Why the guard backends (every available backend but the target) failed, one line each."""
+    return [f"{name}: {r.status} {r.reason}".strip() for name, r in results.items()
             if name != target_backend and r.available and r.status not in ("ok", "not_run")]
 
 
@@ -133,72 +132,3 @@ def require_available(target_backend: str, availability: dict[str, dict]) -> Non
         raise UserError(f"backend {target_backend!r} does not apply to this target; valid: {', '.join(availability)}")
     if not av["available"]:
         raise UserError(f"target backend {target_backend} is unavailable: {av['reason']}")
-
-
-def compile_parallelism(n_jobs: int) -> int:
-    """Compile workers to run at once: one per (architecture, dtype) up to the cores there are,
-    at most 8; 1 (one worker for everything) on a machine with fewer than 4 cores, where the
-    start-up of extra workers (each imports torch) would cost more than it saves."""
-    cores = os.cpu_count() or 1
-    return 1 if cores < 4 else max(1, min(n_jobs, cores // 2, 8))
-
-
-def compile_gate(*, workdir: Path, spec_path: Path, target_dir: Path, target: Path, language: str, archs: list[str],
-                 settings: Settings, cache_root: Path, name: str = "compile", dtypes: list[str] | None = None) -> dict:
-    """Ahead-of-time compile for every architecture and dtype (no GPU needed); a typed worker
-    result. An autotuned candidate compiles every config for each (architecture, dtype): with
-    cores to spare, the pairs go to parallel workers (`compile_parallelism`) and their results
-    are merged in the order one worker would have produced them. `dtypes` (the spec's DTYPES)
-    enables the split; without it one worker compiles everything."""
-    base = {"mode": "compile", "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target),
-            "language": language, "archs": archs}
-    backend = backend_registry.get("cutile" if language == "cutile" else "ptx")
-    pairs = [(arch, dtype) for arch in archs for dtype in (dtypes or [])]
-    parallel = compile_parallelism(len(pairs)) if len(pairs) > 1 else 1
-    if parallel <= 1:
-        raws = [run_worker(workdir, base, backend, settings, cache_root / "aot", name=name)]
-    else:
-        procs: list = []
-
-        def one(i: int, arch: str, dtype: str) -> dict:
-            job = {**base, "archs": [arch], "dtypes": [dtype]}
-            return run_worker(workdir, job, backend, settings, cache_root / "aot", name=f"{name}-{i}", procs=procs)
-
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures: list = []
-            try:  # from the first submit: an interrupt between two submits leaves no worker behind either
-                futures.extend(pool.submit(one, i, arch, dtype) for i, (arch, dtype) in enumerate(pairs))
-                raws = [f.result() for f in futures]
-            except BaseException:  # Ctrl-C or SIGTERM in the main thread: no compile worker left behind
-                for f in futures:
-                    f.cancel()
-                for proc in list(procs):
-                    kill_group(proc)
-                raise
-    for raw in raws:
-        if raw.get("status") in ("spec_error", "harness_error"):
-            raise HarnessFailure(f"compile worker: {raw['status']}: {raw.get('message')} (logs: {workdir})")
-    if len(raws) == 1:
-        return raws[0]
-    results = [r for raw in raws for r in (raw.get("compile") or {}).get("results", [])]
-    merged = {"status": "ok", "compile": {"ok": all(r.get("ok") for r in results), "results": results},
-              "wall_s": max(raw.get("wall_s", 0.0) for raw in raws)}
-    bad = next((raw for raw in raws if raw.get("status") != "ok"), None)
-    if bad is not None:  # the first failure in (arch, dtype) order, as a single worker reports it
-        merged.update({k: v for k, v in bad.items() if k != "compile"})
-    return merged
-
-
-def compile_summary(raw: dict) -> list[dict]:
-    """One row per architecture, dtype and kernel: registers, spills, shared memory."""
-    rows = []
-    for entry in (raw.get("compile") or {}).get("results", []):
-        if not entry.get("ok"):
-            rows.append({"arch": entry["arch"], "dtype": entry["dtype"], "ok": False, "error": entry.get("error", "")[:500]})
-            continue
-        for k in entry["kernels"]:
-            for res in k.get("resources") or [{}]:
-                rows.append({"arch": entry["arch"], "dtype": entry["dtype"], "ok": True, "kernel": k["kernel"],
-                             "registers": res.get("registers"), "spills": res.get("spills"), "local": res.get("local"),
-                             "shared": k.get("shared_bytes", res.get("shared")), "num_warps": k.get("num_warps")})
-    return rows

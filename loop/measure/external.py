@@ -13,14 +13,8 @@ does not use the spec-based worker. Each measurement, in the repository's workin
    latencies (one per round) are one "shape" for the paired decision rules of `loop.decide`.
 
 Records come from a junitxml file (when the bench command contains `{junitxml}`, which is
-replaced by a path under the run's sandbox) or else from lines the command prints. A record
-is a dict (Python literal or JSON); the accepted format is documented in docs/harness.md:
-
-  latency (ms), required:  median_ms | latency_ms | ms, or timing statistics with `median` (ms);
-                           a record without one may hold per-pass statistics as dict values,
-                           {'forward': {'median': ...}, 'backward': {...}}: one record per pass
-  identity (matching):     name, op, backend, provider, shape, dtype, pass, property
-  optional metrics:        gbps, tflops
+replaced by a path under the run's sandbox) or else from lines the command prints; what a record
+is and how it is parsed is `loop.measure.bench_records`'s.
 
 Failures of the harness itself (no parsable record, the incumbent failing its bench, records
 that differ between runs of the same version, files left in the working tree) raise
@@ -29,42 +23,30 @@ ExternalHarnessError: they are not the candidate's fault.
 
 from __future__ import annotations
 
-import ast
 import json
-import math
 import os
 import shlex
-import statistics
 import subprocess
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
 from loop.records import gitops
 from loop.common.errors import UserError
-from loop.common.errors import HarnessFailure
 from loop.records.results import BackendResult
 from loop.common.files import atomic_write_text
 from loop.measure.launch import kill_group
 from loop.common.stats import geomean
+from loop.measure.bench_records import BenchRecord, ExternalHarnessError, difference, parse_junitxml, parse_printed, show, summary
 
 BACKEND = "harness"  # the one "backend" of an external run: whatever the bench command measures
 TIMING_LABEL = "harness"
 JUNITXML = "{junitxml}"
-LATENCY_KEYS = ("median_ms", "latency_ms", "ms")
-STATS_LATENCY_KEY = "median"  # timing statistics in ms, as TileGym's benchmark records carry them
-IDENTITY_KEYS = ("name", "op", "backend", "provider", "shape", "dtype", "pass", "property")
-METRIC_KEYS = ("gbps", "tflops")
 DEFAULT_REPEATS = 3
 MIN_REPEATS = 2  # one paired sample per record cannot estimate noise
 RESULT_SCHEMA = "tileloop.harness/1"
 MESSAGE_TAIL = 600
-
-
-class ExternalHarnessError(HarnessFailure, UserError):
-    """The harness failed, not the candidate: the iteration stays in flight for `tileloop resume`."""
 
 
 # ---------------------------------------------------------------------- settings
@@ -106,170 +88,6 @@ def from_options(test_cmd: str | None, bench_cmd: str | None, bench_repeats: int
                         hint='e.g. --test-cmd "pytest tests/test_op.py -k \'not perf\'" '
                              '--bench-cmd "pytest tests/test_op.py -k perf --junitxml={junitxml}"')
     return Harness(test_cmd, bench_cmd, DEFAULT_REPEATS if bench_repeats is None else bench_repeats)
-
-
-def load_target(target: str | Path, repo_root: Path) -> tuple[Path, str, str]:
-    """(path relative to the root, language, op) of an external run's target: a Python file in the repository."""
-    from loop.common.language import detect_language
-    from loop.target.contract import resolve_target
-
-    path, rel = resolve_target(target, repo_root)
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as exc:
-        raise UserError(f"target {rel} does not parse: line {exc.lineno}: {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"target {rel} is not UTF-8 text") from None
-    op = path.stem
-    for suffix in ("_triton", "_cutile"):
-        op = op.removesuffix(suffix)
-    return rel, detect_language(tree) or "python", op
-
-
-# ---------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class BenchRecord:
-    """One number from the bench command: what was measured (identity) and its latency."""
-
-    identity: tuple[tuple[str, object], ...]  # (key, value) in IDENTITY_KEYS order; sequences as tuples
-    latency_ms: float
-    gbps: float | None = None
-    tflops: float | None = None
-    occurrence: int = 1  # the n-th record of this identity within one run
-
-    @property
-    def key(self) -> str:
-        return json.dumps([[list(kv) for kv in self.identity], self.occurrence])
-
-    @property
-    def label(self) -> str:
-        text = " ".join(f"{k}={_show(v)}" for k, v in self.identity) or "record"
-        return text if self.occurrence == 1 else f"{text} #{self.occurrence}"
-
-    def fields(self) -> dict:
-        return {k: _jsonable(v) for k, v in self.identity}
-
-
-def _jsonable(value):
-    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
-
-
-def _show(value) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    return str(value)
-
-
-def _normal(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_normal(v) for v in value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
-
-
-def _number(value, positive: bool) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        return None
-    return value
-
-
-def _latency(obj: dict) -> float | None:
-    """The latency in ms of a record, None when it has none (or an unusable one)."""
-    for key in LATENCY_KEYS:
-        if key in obj:
-            return _number(obj[key], positive=True)
-    if STATS_LATENCY_KEY in obj:
-        return _number(obj[STATS_LATENCY_KEY], positive=True)
-    return None
-
-
-def _identity(obj: dict) -> dict:
-    return {k: _normal(obj[k]) for k in IDENTITY_KEYS if k in obj}
-
-
-def _expand(obj: dict, context: dict) -> list[tuple[dict, dict, float]]:
-    """(identity, the dict holding the latency, latency) for a record, or per pass for nested statistics."""
-    ident = {**context, **_identity(obj)}
-    latency = _latency(obj)
-    if latency is not None:
-        return [(ident, obj, latency)]
-    out = []
-    for key, value in obj.items():
-        if isinstance(value, dict) and (latency := _latency(value)) is not None:
-            out.append(({**ident, "pass": str(key)}, value, latency))
-    return out
-
-
-def _numbered(items: list[tuple[dict, dict, float]]) -> list[BenchRecord]:
-    seen: dict[tuple, int] = {}
-    out = []
-    for ident, holder, latency in items:
-        identity = tuple((k, ident[k]) for k in IDENTITY_KEYS if k in ident)
-        seen[identity] = seen.get(identity, 0) + 1
-        out.append(BenchRecord(identity, latency, _number(holder.get("gbps"), positive=False),
-                               _number(holder.get("tflops"), positive=False), seen[identity]))
-    return out
-
-
-def _literal(text: str):
-    """A JSON value or a Python literal; never evaluated as code. None when it is neither."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-
-
-def parse_printed(text: str) -> list[BenchRecord]:
-    """Records printed one per line, as a dict between the first `{` and the last `}` of the line
-    (text around it, such as pytest's test id or progress dots, is ignored). Lines that are not a
-    dict, or a dict without a usable latency, are skipped."""
-    items = []
-    for line in text.splitlines():
-        start, end = line.find("{"), line.rfind("}")
-        if start < 0 or end <= start:
-            continue
-        obj = _literal(line[start:end + 1])
-        if isinstance(obj, dict):
-            items.extend(_expand(obj, {}))
-    return _numbered(items)
-
-
-def parse_junitxml(path: Path) -> list[BenchRecord]:
-    """Records from pytest's junitxml: the `record_property` entries of each <testcase>.
-
-    The test id (`classname::name`) is the record's `name` unless a property gives one. The
-    flat properties form one record when they carry a latency; every dict-valued property with
-    a latency (or per-pass statistics) is a record too, with `property` set to its name."""
-    try:
-        root = ET.parse(path).getroot()
-    except ET.ParseError as exc:
-        raise ExternalHarnessError(f"{path} is not a junitxml file: {exc}") from None
-    items = []
-    for case in root.iter("testcase"):
-        context = {"name": "::".join(p for p in (case.get("classname"), case.get("name")) if p)}
-        props: dict = {}
-        for prop in case.iter("property"):
-            if prop.get("name"):
-                text = prop.get("value", "")
-                value = _literal(text)
-                props[prop.get("name")] = text if value is None else value
-        flat = {k: v for k, v in props.items() if not isinstance(v, dict)}
-        if _latency(flat) is not None:
-            items.extend(_expand(flat, context))
-        for name, value in props.items():
-            if isinstance(value, dict):
-                items.extend(_expand(value, {**context, **_identity(flat), "property": name}))
-    return _numbered(items)
 
 
 # ---------------------------------------------------------------------- running commands
@@ -352,7 +170,7 @@ def measure(*, root: Path, target: str, harness: Harness, workdir: Path, incumbe
     """Test the candidate, then time it against the incumbent (or alone, for the baseline).
 
     Returns ({BACKEND: result}, {BACKEND: raw}) where raw["timing"]["shapes"] has the layout
-    `loop.measure.evaluate.comparisons` reads. The target holds `candidate_src` when this returns or raises."""
+    `loop.decide.comparisons` reads. The target holds `candidate_src` when this returns or raises."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = root / target
     try:
@@ -393,7 +211,25 @@ def _measure(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_
     if test.status == "failed":
         return failed("incorrect", f"the test command exited with code {test.returncode} (log: {rel_dir}/test.log): "
                                    f"...{test.tail()}")
+    runs = _bench(root, path, harness, workdir, incumbent_src, candidate_src, timeout_s, on_stage, env, raw)
+    if isinstance(runs, tuple):  # the candidate's bench failed
+        return failed(*runs)
+    reference = _check_records(runs, label, incumbent_src is not None)
+    if isinstance(reference, tuple):
+        return failed(*reference)
+    entries, shapes, cand_medians, inc_medians = _paired(reference, runs, label, incumbent_src is not None)
+    raw["timing"] = {"shapes": shapes}
+    return BackendResult(BACKEND, True, "ok", "", geomean(cand_medians), geomean(inc_medians) if inc_medians else None,
+                         "PASS", TIMING_LABEL, None, entries, rel_dir), raw
 
+
+def _bench(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_src: str | None, candidate_src: str,
+           timeout_s: float, on_stage: Callable[[str], None], env: dict, raw: dict):
+    """The bench command's rounds, incumbent and candidate interleaved: the records of each run per side,
+    or (status, message) when the candidate's bench failed. A failure on the incumbent, or a run
+    without records, is the harness's (ExternalHarnessError)."""
+    label = "candidate" if incumbent_src is not None else "baseline"
+    rel_dir = str(workdir.relative_to(root))
     order = schedule(harness.bench_repeats, incumbent_src is not None)
     runs: dict[str, list[list[BenchRecord]]] = {"incumbent": [], label: []}
     for i, side in enumerate(order, 1):
@@ -412,71 +248,67 @@ def _measure(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_
                 raise ExternalHarnessError(f"the bench command {what} on the incumbent (the best version so far), "
                                            f"run {i}/{len(order)} ({where}): ...{run.tail()}",
                                            hint="the harness or the machine changed; fix it, then tileloop resume")
-            return failed("timeout" if run.status == "timeout" else "runtime_error",
-                          f"the bench command {what} on the {side} ({where}): ...{run.tail()}")
-        if JUNITXML in harness.bench_cmd:
-            if not xml.exists():
-                raise ExternalHarnessError(f"the bench command wrote no junitxml file at {xml} ({where}): ...{run.tail()}",
-                                           hint="pass --junitxml={junitxml} to pytest in --bench-cmd")
-            records = parse_junitxml(xml)
-        else:
-            records = parse_printed(run.log.read_text(errors="replace"))
-        if not records:
-            source = f"junitxml {xml.name}" if JUNITXML in harness.bench_cmd else "output"
-            raise ExternalHarnessError(
-                f"the bench command emitted no parsable record in its {source} ({side}, run {i}/{len(order)}, {where}); "
-                f"output tail: ...{run.tail()}",
-                hint="each record is a dict with a latency in ms (median_ms, latency_ms, ms, or median): printed one "
-                     "per line (pytest -s), or recorded with record_property and --junitxml={junitxml}; see docs/harness.md")
-        runs[side].append(records)
+            return ("timeout" if run.status == "timeout" else "runtime_error",
+                    f"the bench command {what} on the {side} ({where}): ...{run.tail()}")
+        runs[side].append(_records_of(run, harness, xml, f"{side}, run {i}/{len(order)}", where))
+    return runs
 
-    reference_side = "incumbent" if incumbent_src is not None else label
+
+def _records_of(run: CommandRun, harness: Harness, xml: Path, which: str, where: str) -> list[BenchRecord]:
+    """The records one bench run emitted (junitxml or printed); none is the harness's failure."""
+    if JUNITXML in harness.bench_cmd:
+        if not xml.exists():
+            raise ExternalHarnessError(f"the bench command wrote no junitxml file at {xml} ({where}): ...{run.tail()}",
+                                       hint="pass --junitxml={junitxml} to pytest in --bench-cmd")
+        records = parse_junitxml(xml)
+    else:
+        records = parse_printed(run.log.read_text(errors="replace"))
+    if not records:
+        source = f"junitxml {xml.name}" if JUNITXML in harness.bench_cmd else "output"
+        raise ExternalHarnessError(
+            f"the bench command emitted no parsable record in its {source} ({which}, {where}); output tail: ...{run.tail()}",
+            hint="each record is a dict with a latency in ms (median_ms, latency_ms, ms, or median): printed one "
+                 "per line (pytest -s), or recorded with record_property and --junitxml={junitxml}; see docs/harness.md")
+    return records
+
+
+def _check_records(runs: dict, label: str, paired: bool):
+    """The reference run's records (the incumbent's first run, or the baseline's), once every run of the
+    same version emitted the same records; (status, message) when the candidate's records differ."""
+    reference_side = "incumbent" if paired else label
     reference = runs[reference_side][0]
     ref_keys = {r.key for r in reference}  # unique within a run: repeated identities are numbered
     for records in runs[reference_side][1:]:
         if {r.key for r in records} != ref_keys:
             raise ExternalHarnessError(f"the bench command emitted different records on two runs of the same version "
-                                       f"({_difference(reference, records)})",
+                                       f"({difference(reference, records)})",
                                        hint="records are matched by name/op/backend/provider/shape/dtype/pass; "
                                             "make the bench deterministic in what it reports")
-    if incumbent_src is not None:
+    if paired:
         for records in runs[label]:
             if {r.key for r in records} != ref_keys:
-                return failed("incorrect", f"the bench emitted different records for the candidate than for the "
-                                           f"incumbent ({_difference(reference, records)})")
+                return ("incorrect", f"the bench emitted different records for the candidate than for the "
+                                     f"incumbent ({difference(reference, records)})")
+    return reference
 
+
+def _paired(reference: list[BenchRecord], runs: dict, label: str, paired: bool):
+    """Per record: the summary of each side (entries, for the record) and the paired samples (shapes, in
+    the layout `loop.decide.comparisons` reads), with the medians the geometric means are taken of."""
     entries, shapes, cand_medians, inc_medians = [], [], [], []
     for ref in reference:
         cand = [next(r for r in records if r.key == ref.key) for records in runs[label]]
-        entry = {"shape": [ref.label], "dtype": _show(dict(ref.identity).get("dtype", "")), "record": ref.fields(),
-                 "method": "harness", label: _summary(cand)}
+        entry = {"shape": [ref.label], "dtype": show(dict(ref.identity).get("dtype", "")), "record": ref.fields(),
+                 "method": "harness", label: summary(cand)}
         impls = {label: {"samples_ms": [r.latency_ms for r in cand]}}
         cand_medians.append(entry[label]["median_ms"])
-        if incumbent_src is not None:
+        if paired:
             inc = [next(r for r in records if r.key == ref.key) for records in runs["incumbent"]]
-            entry["incumbent"] = _summary(inc)
+            entry["incumbent"] = summary(inc)
             impls["incumbent"] = {"samples_ms": [r.latency_ms for r in inc]}
             inc_medians.append(entry["incumbent"]["median_ms"])
         entries.append(entry)
         shapes.append({"shape": [ref.label], "record": ref.fields(), "impls": impls})
-    raw["timing"] = {"shapes": shapes}
-    return BackendResult(BACKEND, True, "ok", "", geomean(cand_medians), geomean(inc_medians) if inc_medians else None,
-                         "PASS", TIMING_LABEL, None, entries, rel_dir), raw
+    return entries, shapes, cand_medians, inc_medians
 
 
-def _summary(records: list[BenchRecord]) -> dict:
-    lat = [r.latency_ms for r in records]
-    out = {"median_ms": statistics.median(lat), "min_ms": min(lat), "max_ms": max(lat), "nrep": len(lat)}
-    for metric in METRIC_KEYS:
-        values = [getattr(r, metric) for r in records]
-        if all(v is not None for v in values):
-            out[metric] = statistics.median(values)
-    return out
-
-
-def _difference(reference: list[BenchRecord], other: list[BenchRecord]) -> str:
-    ref, oth = {r.key: r.label for r in reference}, {r.key: r.label for r in other}
-    missing = [ref[k] for k in ref if k not in oth]
-    extra = [oth[k] for k in oth if k not in ref]
-    parts = ([f"missing: {'; '.join(missing[:4])}"] if missing else []) + ([f"extra: {'; '.join(extra[:4])}"] if extra else [])
-    return ", ".join(parts)

@@ -145,8 +145,24 @@ def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
     missing = [name for name in SPEC_REQUIRED if name not in _top_level_names(spec_tree)]
     if missing:
         raise UserError(f"spec {spec.relative_to(repo_root)} is missing required name(s): {', '.join(missing)}")
+    return Kernel(repo_root, rel, spec.relative_to(repo_root), language, _op_name(path))
+
+
+def _op_name(path: Path) -> str:
+    """The op a target file tunes: its name without the _triton / _cutile suffix."""
     op = path.stem
     for suffix in ("_triton", "_cutile"):
-        if op.endswith(suffix):
-            op = op[: -len(suffix)]
-    return Kernel(repo_root, rel, spec.relative_to(repo_root), language, op)
+        op = op.removesuffix(suffix)
+    return op
+
+
+def load_harness_target(target: str | Path, repo_root: Path) -> tuple[Path, str, str]:
+    """(path relative to the root, language, op) of an external run's target: a Python file in the repository."""
+    path, rel = resolve_target(target, repo_root)
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise UserError(f"target {rel} does not parse: line {exc.lineno}: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"target {rel} is not UTF-8 text") from None
+    return rel, detect_language(tree) or "python", _op_name(path)

@@ -15,7 +15,7 @@ from loop.common.language import detect_language
 from loop.target.contract import load_kernel
 from loop.common.errors import UserError
 from loop.common.errors import HarnessFailure
-from loop.records.results import markdown_table
+from loop.records.perf_table import markdown_table
 from loop.measure.launch import run_worker
 from loop.common.settings import Settings
 

@@ -14,10 +14,10 @@ Scenarios, each repeated `--trials` times at every chosen shape:
 Every trial is measured exactly as an iteration measures (`loop.worker.bench.bench_shape`: the same
 input sets, ABBA interleaving, CUDA graphs or L2 flush, the check of what the timed run wrote,
 fresh seeded inputs per trial) and decided exactly as an iteration decides
-(`loop.measure.evaluate.comparisons` + `loop.decide.decide`, default Policy), per shape and, with more
+(`loop.decide.check`: `loop.decide.comparisons` + `loop.decide.decide`, default Policy), per shape and, with more
 than one shape, over all shapes at once (the loop's geometric mean). Only the same-run copy
 bandwidth is skipped: it does not enter the decision. All trials run in one worker
-(`python -m loop.decision_worker`, see there), which appends one JSON line per trial to an events
+(`python -m loop.worker`, job mode `decision-check`: `loop.worker.decision_job`), which appends one JSON line per trial to an events
 file; this side follows that file for progress and decides from it afterwards.
 
 The planted effect reported is measured, not asked: after calibration, `VERIFY_ROUNDS` separate
@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import threading
 import time
 from collections import Counter
@@ -41,8 +39,20 @@ from typing import Callable, Sequence
 from loop import decide
 from loop.common.jobs import MAX_PROBES, VERIFY_ROUNDS
 from loop.common.jobs import shape_text as _key
+from loop.decide.check import SCENARIOS, metric, summarize, trial_rows
+from loop.records.perf_table import markdown_table
+from loop import backends as backend_registry
+from loop.records import gitops
+from loop.target.contract import load_kernel
+from loop.common.errors import UserError
+from loop.common.errors import HarnessFailure
+from loop.measure.evaluate import require_available
+from loop.run.progress import ProgressView, plain_log
+from loop.measure import probe as probing
+from loop.measure.evaluate import CPU_TIMING
+from loop.measure.launch import run_worker
 
-SCENARIOS = ("aa", "slowdown", "speedup")
+ENV_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version", "cutile_version")
 UNIT_S = {"cuda": 3.0, "cpu": 6.0}  # generous wall time of one measurement (one shape, one pair), for the timeout
 
 
@@ -79,110 +89,7 @@ def plant_fraction(text: str) -> float:
 # --------------------------------------------------------------------------- decisions and summary (pure)
 
 
-def trial_rows(event: dict, policy: decide.Policy) -> list[dict]:
-    """The loop's decision for one trial: per shape, and over all shapes when there are several.
-
-    As in an iteration, a `remeasure` (a speedup over `policy.suspicious`) is not the end: the
-    worker measured the trial again (`remeasure` in the event) and that second measurement is
-    decided with `remeasured=True`, the loop's own second look."""
-    base = {"trial": event["trial"], "scenario": event["scenario"]}
-    rows = _decided(event["timing"], base, policy, remeasured=False)
-    if event.get("remeasure"):
-        again = _decided(event["remeasure"], base, policy, remeasured=True)
-        rows = [second if first["action"] == "remeasure" else first for first, second in zip(rows, again)]
-    return rows
-
-
-def _decided(timing: dict, base: dict, policy: decide.Policy, remeasured: bool) -> list[dict]:
-    shapes = timing["shapes"]
-    keys = [s["shape"] for s in shapes] + (["all"] if len(shapes) > 1 else [])
-    wrong = [(s["shape"], lab, rc) for s in shapes for lab, rc in s["recheck"].items() if not rc["ok"]]
-    if wrong:  # the worker of an iteration reports this as `incorrect`; so does this check
-        shape, lab, rc = wrong[0]
-        d = decide.decide(policy, failure="incorrect",
-                          failure_message=f"{lab}: output written by the timed run is wrong at {shape}: {rc.get('reason')}")
-        return [{**base, "shape": k, **_decision_fields(d, remeasured)} for k in keys]
-    from loop.decide import comparisons
-
-    comps = comparisons({"timing": timing}, policy)
-    rows = [{**base, "shape": list(c.shape), "method": s["method"],
-             **_decision_fields(decide.decide(policy, shapes=[c], remeasured=remeasured), remeasured)}
-            for c, s in zip(comps, shapes)]
-    if len(comps) > 1:
-        rows.append({**base, "shape": "all",
-                     **_decision_fields(decide.decide(policy, shapes=comps, remeasured=remeasured), remeasured)})
-    return rows
-
-
-def _decision_fields(d: decide.Decision, remeasured: bool) -> dict:
-    return {"action": d.action, "verdict": d.verdict, "speedup": d.speedup, "lo": d.lo, "hi": d.hi,
-            "ratio": 1.0 / d.speedup if d.speedup else None, "remeasured": remeasured}
-
-
-def metric(scenario: str, policy: decide.Policy) -> tuple[str, str, Callable[[dict], bool]]:
-    """(name, meaning, hit) of the headline rate of a scenario."""
-    if scenario == "aa":
-        return "false_keep", "kept although candidate and incumbent are the same source", lambda r: r["action"] == "keep"
-    if scenario == "slowdown":
-        return ("detected", f"reverted as a regression: the whole interval lies below {1 - policy.regression:g}x",
-                lambda r: r["verdict"] == "regression")
-    if scenario == "speedup":
-        return ("detected", "kept: the interval's lower end clears 1 (improved, low_gain or marginal)",
-                lambda r: r["action"] == "keep")
-    raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
-
-
-def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a rate (95% by default); well behaved at 0/n and n/n."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = hits / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def true_ratio(scenario: str, planted: float | None) -> float | None:
-    """Candidate time over incumbent time that the scenario plants (1 for A/A by construction)."""
-    if scenario == "aa":
-        return 1.0
-    if planted is None:
-        return None
-    return planted if scenario == "slowdown" else 1.0 / planted
-
-
-def summarize(rows: list[dict], scenarios: Sequence[str], planted: dict[str, float], policy: decide.Policy) -> list[dict]:
-    """One line per scenario and shape (`planted`: shape key -> measured planted/plain ratio)."""
-    out = []
-    keys = list(dict.fromkeys(_key(r["shape"]) for r in rows))
-    for scenario in scenarios:
-        name, means, hit = metric(scenario, policy)
-        for key in keys:
-            mine = [r for r in rows if r["scenario"] == scenario and _key(r["shape"]) == key]
-            if not mine:
-                continue
-            hits = sum(1 for r in mine if hit(r))
-            ratios = [r["ratio"] for r in mine if r["ratio"] is not None]
-            if key == "all":
-                per_shape = [true_ratio(scenario, planted.get(k)) for k in keys if k != "all"]
-                truth = math.exp(statistics.fmean(math.log(t) for t in per_shape)) if all(per_shape) else None
-            else:
-                truth = true_ratio(scenario, planted.get(key))
-            out.append({"scenario": scenario, "shape": mine[0]["shape"], "trials": len(mine),
-                        "decisions": dict(sorted(Counter(f"{r['action']}/{r['verdict']}" for r in mine).items())),
-                        "metric": name, "metric_means": means, "hits": hits, "rate": hits / len(mine),
-                        "rate_ci95": list(wilson(hits, len(mine))),
-                        "keep_rate": sum(r["action"] == "keep" for r in mine) / len(mine),
-                        "regression_rate": sum(r["verdict"] == "regression" for r in mine) / len(mine),
-                        "measured_ratio_median": statistics.median(ratios) if ratios else None,
-                        "true_ratio": truth})
-    return out
-
-
 def render(result: dict) -> str:
-    from loop.records.results import markdown_table
-
     def num(x, fmt=".4f"):
         return "" if x is None else format(x, fmt)
 
@@ -274,40 +181,13 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     """Run the check in one worker and return the result (the `--json` payload less schema/command).
 
     `policy` is the loop's default Policy unless given (tests pass a lower `suspicious`)."""
-    from loop import backends as backend_registry
-    from loop.records import gitops
-    from loop.target.contract import load_kernel
-    from loop.common.errors import UserError
-    from loop.common.errors import HarnessFailure
-    from loop.measure.evaluate import require_available
-    from loop.run.experiment import CPU_TIMING, probe_environment
-    from loop.run.progress import ProgressView, plain_log
-    from loop.measure.launch import run_worker
-
     log = log or plain_log
     policy = policy or decide.Policy()
     if scenarios is None:
         scenarios = SCENARIOS if plant else ("aa",)
     if plant is None and any(s != "aa" for s in scenarios):
         raise UserError("the slowdown and speedup scenarios need --plant FRACTION (e.g. --plant 0.03)")
-    path = Path(target).resolve()
-    try:
-        root = gitops.find_root(path.parent)
-    except UserError:
-        root = path.parent
-    kernel = load_kernel(target, root)
-    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
-    if target_backend is not None and target_backend not in names:
-        raise UserError(f"--target-backend {target_backend} does not apply to a {kernel.language} target with "
-                        f"--device {device}; valid: {', '.join(names)}")
-    log(f"decision-check: probing the environment ({device})")
-    probe = probe_environment(root, settings)
-    if device == "cuda" and not probe.get("cuda_available"):
-        raise UserError(f"no GPU available: {probe.get('cuda_reason')}", hint="pass --device cpu (interpreter timings)")
-    avail = {n: backend_registry.availability(backend_registry.get(n), probe, device) for n in names}
-    backend = target_backend or backend_registry.default_target(kernel.language, device, avail)
-    require_available(backend, {n: a.to_json() for n, a in avail.items()})
-
+    kernel, backend, probe = _kernel_and_backend(target, device, target_backend, settings, log)
     workdir.mkdir(parents=True, exist_ok=True)
     src = kernel.target_abs.read_text()
     impls = []
@@ -343,24 +223,55 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     if status in ("spec_error", "harness_error"):
         raise HarnessFailure(f"decision-check worker: {status}: {raw.get('message')}\n{raw.get('log_tail', '')[-1500:]}")
     events = read_events(events_path)
-    calibration = [ev["calibration"] for ev in events if ev.get("event") == "calibration"]
     rows = [row for ev in events if ev.get("event") == "trial" for row in trial_rows(ev, policy)]
-    measured = Counter(ev["trial"] for ev in events if ev.get("event") == "trial")
-    done = sum(1 for n in measured.values() if n == len(scenarios))  # trials with every scenario measured
     if status != "ok" and not rows:
         raise UserError(f"the target failed before any trial finished: {status}: {raw.get('message', '')}"[:600],
                         hint=(raw.get("log_tail") or "").strip()[-300:] or None)
+    out = _outcome(events, rows, raw, scenarios, policy, dtype)
+    return {"target": str(kernel.target), "op": kernel.op, "language": kernel.language, "backend": backend,
+            "device": device, "timings": backend_registry.get(backend).timing_label, "dtype": out["dtype"],
+            "shapes": out["shapes"], "trials": trials, "trials_done": out["trials_done"], "complete": out["complete"],
+            "failure": out["failure"], "plant": plant, "scenarios": list(scenarios), "seed": seed,
+            "policy": policy.to_json(), "calibration": out["calibration"], "summary": out["summary"], "per_trial": rows,
+            "proof": raw.get("proof"), "env": {k: probe.get(k) for k in ENV_KEYS},
+            "wall_s": round(time.monotonic() - started, 1)}
+
+
+def _kernel_and_backend(target: str, device: str, target_backend: str | None, settings, log):
+    """The target's kernel, the backend to time (as `tileloop init` chooses it) and the environment probe."""
+    path = Path(target).resolve()
+    try:
+        root = gitops.find_root(path.parent)
+    except UserError:
+        root = path.parent
+    kernel = load_kernel(target, root)
+    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
+    if target_backend is not None and target_backend not in names:
+        raise UserError(f"--target-backend {target_backend} does not apply to a {kernel.language} target with "
+                        f"--device {device}; valid: {', '.join(names)}")
+    log(f"decision-check: probing the environment ({device})")
+    probe = probing.probe_environment(root, settings)
+    if device == "cuda" and not probe.get("cuda_available"):
+        raise UserError(f"no GPU available: {probe.get('cuda_reason')}", hint="pass --device cpu (interpreter timings)")
+    avail = {n: backend_registry.availability(backend_registry.get(n), probe, device) for n in names}
+    backend = target_backend or backend_registry.default_target(kernel.language, device, avail)
+    require_available(backend, {n: a.to_json() for n, a in avail.items()})
+    return kernel, backend, probe
+
+
+def _outcome(events: list[dict], rows: list[dict], raw: dict, scenarios: Sequence[str], policy: decide.Policy,
+             dtype: str | None) -> dict:
+    """What the worker's events and result say: dtype and shapes, trials done, calibration, the summary."""
+    status = raw.get("status")
+    calibration = [ev["calibration"] for ev in events if ev.get("event") == "calibration"]
+    measured = Counter(ev["trial"] for ev in events if ev.get("event") == "trial")
     start = next((ev for ev in events if ev.get("event") == "start"), {})
     planted = {_key(c["shape"]): c["ratio"] for c in calibration}
-    env_keys = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version", "cutile_version")
-    return {"target": str(kernel.target), "op": kernel.op, "language": kernel.language, "backend": backend,
-            "device": device, "timings": backend_registry.get(backend).timing_label, "dtype": start.get("dtype", dtype),
-            "shapes": start.get("shapes", []), "trials": trials, "trials_done": done, "complete": status == "ok",
+    return {"dtype": start.get("dtype", dtype), "shapes": start.get("shapes", []),
+            "trials_done": sum(1 for n in measured.values() if n == len(scenarios)),  # trials with every scenario measured
+            "complete": status == "ok",
             "failure": None if status == "ok" else {"status": status, "message": raw.get("message", "")},
-            "plant": plant, "scenarios": list(scenarios), "seed": seed, "policy": policy.to_json(),
-            "calibration": calibration, "summary": summarize(rows, scenarios, planted, policy), "per_trial": rows,
-            "proof": raw.get("proof"), "env": {k: probe.get(k) for k in env_keys},
-            "wall_s": round(time.monotonic() - started, 1)}
+            "calibration": calibration, "summary": summarize(rows, scenarios, planted, policy)}
 
 
 def _report_event(view, event: dict, trials: int, policy: decide.Policy) -> None:

@@ -47,6 +47,10 @@ from loop.common.files import atomic_write_text
 from loop.records.results import read_records
 from loop.common.settings import Settings
 from playbook import analysis
+from loop.measure import probe as probing
+from loop.common.errors import HarnessFailure
+from loop.measure.launch import run_worker, worker_command
+from playbook.analysis import analyze
 
 PROFILE_SCHEMA = "tileloop.profile/1"
 KERNEL_FAILURES = ("compile_error", "runtime_error", "timeout", "oom", "incorrect")
@@ -206,10 +210,6 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
         settings: Settings, device: str = "cuda", log: Callable[[str], None] = lambda m: None) -> tuple[dict, int]:
     """Profile `target`; returns (payload, exit code). `device="cpu"` runs the worker under the
     Triton interpreter: no counters, for testing this plumbing with a stand-in ncu."""
-    from loop.run import experiment
-    from loop.common.errors import HarnessFailure
-    from loop.measure.launch import run_worker, worker_command
-
     path = Path(target).resolve()
     try:
         root = gitops.find_root(path.parent)
@@ -234,7 +234,7 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
         return _failure(payload, "ncu_missing", why, "install Nsight Compute, or pass --ncu /path/to/ncu; "
                         "tileloop doctor shows what it finds"), EXIT_CODES["ncu_missing"]
     payload.update(ncu=exe, ncu_version=version)
-    probe = experiment.probe_environment(root, settings)
+    probe = probing.probe_environment(root, settings)
     if device == "cuda" and not probe.get("cuda_available"):
         raise UserError(f"no GPU available: {probe.get('cuda_reason')}", hint="ncu profiles kernels on a GPU")
     allowed = [b.name for b in backend_registry.for_language(kernel.language, device)]
@@ -282,8 +282,6 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
 def _interpret(payload: dict, raw: dict, has_result: bool, ncu_text: str, worker_log: str) -> tuple[dict, int]:
     """Worker result + ncu output -> the payload. Order: a permission refusal explains everything;
     then the kernel's own failure; then what ncu says; then its table."""
-    from loop.common.errors import HarnessFailure
-
     issue = ncu.diagnose(ncu_text + "\n" + worker_log)
     tail = "\n".join((ncu_text or worker_log).strip().splitlines()[-25:])
     for key in ("shape", "dtype", "proof"):
@@ -333,8 +331,6 @@ def _failure(payload: dict, status: str, message: str, hint: str, tail: str = ""
 
 def _priority(source: str, kind: str) -> list[str]:
     """The playbook's order of change kinds for this kernel, adjusted by its bottleneck."""
-    from playbook.analysis import analyze
-
     return analyze(source, bottleneck=None if kind == "unknown" else kind).priority()
 
 

@@ -1,0 +1,108 @@
+"""What every command shares: argument types, the --json/--run options, the one JSON object a
+command prints (schema `tileloop.cli/1`), and the summaries of a record and of a run's status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from loop import decide
+from loop.records.results import Record
+from loop.records.perf_table import Row
+from playbook.hazards import scan
+
+CLI_SCHEMA = "tileloop.cli/1"
+
+
+def duration(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a duration like 900, 900s, 45m or 8h, got {text!r}")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def arch_list(text: str) -> list[str]:
+    if text.strip().lower() == "none":
+        return []
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    for a in archs:
+        if not re.fullmatch(r"sm_\d+a?", a):
+            raise argparse.ArgumentTypeError(f"architectures look like sm_90,sm_100; got {a!r}")
+    if not archs:
+        raise argparse.ArgumentTypeError("give at least one architecture, or 'none'")
+    return archs
+
+
+def shape_arg(text: str) -> list[int]:
+    dims = [d.strip() for d in re.split(r"[x,]", text.strip().lower())]
+    if not dims or not all(d.isdigit() and int(d) > 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"a shape looks like 4096x8192 or 4096,8192 (positive integers), got {text!r}")
+    return [int(d) for d in dims]
+
+
+def common(sp: argparse.ArgumentParser, run_opt: bool = True) -> None:
+    """--json on every command; --run on those that act on an existing run."""
+    sp.add_argument("--json", action="store_true", help="print one JSON object (schema tileloop.cli/1) on stdout")
+    if run_opt:
+        sp.add_argument("--run", metavar="RUN_ID", help="run to act on (default: the latest run in this repository)")
+
+
+def emit(args, payload: dict, text: str) -> None:
+    """The command's output: one JSON object with --json, else the text."""
+    if args.json:
+        print(json.dumps({"schema": CLI_SCHEMA, "command": args.command, **payload}, indent=1, default=str))
+    else:
+        print(text)
+
+
+def policy_of(args) -> decide.Policy:
+    return decide.Policy(max_iters=getattr(args, "max_iters", None) or 25, time_budget_s=getattr(args, "time_budget", None),
+                         early_stop=not getattr(args, "no_early_stop", False))
+
+
+def record_summary(rec: Record) -> dict:
+    return {
+        "iteration": rec.iteration, "optimization": rec.optimization, "hypothesis": rec.hypothesis,
+        "rationale": rec.rationale, "expected": rec.expected, "kind": rec.kind,
+        "status": rec.status, "correctness": rec.correctness, "latency_ms": rec.latency_ms, "speedup": rec.speedup,
+        "commit": rec.commit, "decision": rec.decision, "failure": rec.failure,
+        "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
+                         "incumbent_ms": v.incumbent_ms, "reason": v.reason, "timing": v.timing_label,
+                         "shapes": v.shapes} for k, v in rec.backends.items()},
+    }
+
+
+def row_json(r: Row) -> dict:
+    return {"iteration": r.iteration, "optimization": r.optimization, "latency_ms": r.latency_ms,
+            "correctness": r.correctness, "status": r.status, "backends": dict(r.backends)}
+
+
+def status_payload(exp) -> dict:
+    s = exp.state
+    return {"run": s.run_id, "branch": s.branch, "target": s.target, "device": s.device,
+            "target_backend": s.target_backend, "backends": s.availability, "best_commit": s.best_commit,
+            "best_latency_ms": s.best_latency_ms, "iterations": max(s.last_iteration, 0),
+            "outcomes": s.outcomes, "inflight": s.inflight, "stopped": s.stopped,
+            "stop": exp.stop_state().to_json(), "perf_results": str(exp.perf_path.relative_to(exp.root)),
+            "timings": "harness" if s.harness else "interpreter" if s.device == "cpu" else "gpu", "archs": s.archs,
+            "skip_recipes": s.skip_recipes, "harness": s.harness,
+            "hazards": [h.to_json() for h in scan((exp.root / s.target).read_text(), s.language)]}
+
+
+def finish_run(args, exp, stop) -> int:
+    """What `run`, `resume` and `demo` print when the loop stops: the status, the stop and every record."""
+    recs = exp.records()
+    emit(args, {**status_payload(exp), "stop": stop.to_json(), "records": [record_summary(r) for r in recs]},
+         exp.perf_path.read_text() + f"\nstopped: {stop.state}: {stop.reason}")
+    return 0

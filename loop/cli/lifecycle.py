@@ -1,0 +1,159 @@
+"""Commands that start, step and continue a run: init, step, run, resume, demo."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from loop import decide
+from loop.cli.common import (common, duration, emit, finish_run, positive_int, arch_list, policy_of, record_summary,
+                             status_payload)
+from loop.measure import external, probe
+from loop.run.demo import make_demo_repository
+from loop.run.experiment import open_run
+from loop.run.init import init_run
+
+
+def _start_options(sp) -> None:
+    sp.add_argument("target", help="the kernel file to tune (spec.py must sit beside it)")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cuda (default) or cpu: run under the Triton interpreter; its timings are interpreter timings")
+    sp.add_argument("--branch", help="branch to create (default tileloop/<op>-<yyyymmdd-hhmm>)")
+    sp.add_argument("--target-backend", choices=["ptx", "tileir", "cutile", "interpreter"],
+                    help="backend whose latency decides (default: tileir if available, else ptx; cutile for cuTile)")
+    sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh random inputs of every check")
+    sp.add_argument("--time-budget", type=duration, help="stop after this much iteration time (e.g. 45m, 8h)")
+    sp.add_argument("--iteration-timeout", type=duration, default=None,
+                    help="hard limit per worker process of an iteration (compile, each backend); default 10m")
+    sp.add_argument("--archs", type=arch_list, default=None,
+                    help="architectures every candidate must compile for before it is measured "
+                         "(default sm_90,sm_100; 'none' turns the gate off)")
+    sp.add_argument("--skip-recipe", metavar="ID", action="append", default=[],
+                    help="never propose this playbook recipe in this run (repeatable; e.g. triton-autotune to keep "
+                         "fixed launch configs); `tileloop playbook list` names them")
+    sp.add_argument("--test-cmd", metavar="CMD",
+                    help="external harness: a shell command run in the repository root; exit 0 = correct "
+                         "(with --bench-cmd, replaces spec.py and the worker; see docs/harness.md)")
+    sp.add_argument("--bench-cmd", metavar="CMD",
+                    help="external harness: a shell command that emits performance records, printed one per line "
+                         "or in pytest junitxml written to {junitxml}")
+    sp.add_argument("--bench-repeats", type=positive_int, default=None,
+                    help="external harness: rounds of the bench command per measurement, incumbent and candidate "
+                         "interleaved (default 3, at least 2)")
+
+
+def add_init(sub) -> None:
+    sp = sub.add_parser("init", help="create the run branch and measure the baseline (iteration 0)")
+    _start_options(sp)
+    common(sp, run_opt=False)
+
+
+def add_step(sub) -> None:
+    sp = sub.add_parser("step", help="commit the working-tree edit of the target and evaluate it (agent mode)")
+    sp.add_argument("--optimization", "-m", required=True, help="what this change is, one line")
+    sp.add_argument("--hypothesis", default="", help="what should move, and by how much")
+    sp.add_argument("--rationale", default="", help="why: the evidence (profile, roofline, earlier results)")
+    sp.add_argument("--expected", default="", help="the expected outcome, e.g. '1.2-1.5x on the wide shapes'")
+    sp.add_argument("--allow-unchanged", action="store_true", help="evaluate an unchanged target (an A/A check)")
+    common(sp)
+
+
+def add_run(sub) -> None:
+    sp = sub.add_parser("run", help="unattended: init, then one playbook candidate per iteration until a stop rule fires")
+    _start_options(sp)
+    sp.add_argument("--max-iters", type=positive_int, default=25, help="experiments after the baseline (default 25)")
+    sp.add_argument("--no-early-stop", action="store_true",
+                    help="overnight exploration: do not stop after two non-improvements or a sub-2%% gain; only "
+                         "--max-iters, --time-budget, an exhausted playbook or an escalation stop the run")
+    common(sp, run_opt=False)
+
+
+def add_resume(sub) -> None:
+    sp = sub.add_parser("resume", help="repair an interrupted iteration and, for unattended runs, continue the loop")
+    sp.add_argument("--max-iters", type=positive_int, help="raise the run's iteration limit")
+    sp.add_argument("--no-continue", action="store_true", help="only repair; do not continue the loop")
+    common(sp)
+
+
+def add_demo(sub) -> None:
+    sp = sub.add_parser("demo", help="copy an included kernel into a fresh git repository and run the loop there")
+    sp.add_argument("--op", choices=["vector_add", "softmax"], default="vector_add", help="which included kernel")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu runs under the Triton interpreter")
+    sp.add_argument("--max-iters", type=positive_int, default=3, help="experiments after the baseline (default 3)")
+    sp.add_argument("--dir", type=Path, help="where to make the demo repository (default: a new temporary folder)")
+    common(sp, run_opt=False)
+
+
+def _harness(args):
+    return external.from_options(args.test_cmd, args.bench_cmd, args.bench_repeats)
+
+
+def _init(args, settings, mode: str = "agent"):
+    return init_run(args.target, device=args.device, branch=args.branch, target_backend=args.target_backend,
+                    seed=args.seed, policy=policy_of(args), settings=settings, archs=args.archs,
+                    worker_timeout_s=args.iteration_timeout, harness=_harness(args), skip_recipes=args.skip_recipe,
+                    mode=mode)
+
+
+def cmd_init(args, settings) -> int:
+    exp = _init(args, settings)
+    rec = exp.records()[0]
+    label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
+    emit(args, {**status_payload(exp), "baseline": record_summary(rec)},
+         f"run {exp.state.run_id} on branch {exp.state.branch}: baseline {rec.latency_ms:.6f} ms{label}\n"
+         f"next: edit {exp.state.target}, then tileloop step --optimization '...' --hypothesis '...'")
+    return 0
+
+
+def cmd_step(args, settings) -> int:
+    exp = open_run(args.run, settings)
+    rec, stop = exp.evaluate(args.optimization, args.hypothesis, allow_unchanged=args.allow_unchanged,
+                             rationale=args.rationale, expected=args.expected)
+    payload = {**record_summary(rec), "run": exp.state.run_id, "stop": stop.to_json(),
+               "noise_band": {"lo": rec.decision.get("lo"), "hi": rec.decision.get("hi"),
+                              "per_shape": rec.decision.get("shapes", [])},
+               "best_commit": exp.state.best_commit, "best_latency_ms": exp.state.best_latency_ms,
+               "suggestions": exp.suggestions()}
+    band = rec.decision.get("lo"), rec.decision.get("hi")
+    text = (f"#{rec.iteration} {rec.optimization}: {rec.status} ({rec.decision.get('verdict')}) {rec.decision.get('reason', '')}\n"
+            f"noise band: {band[0]}-{band[1]}; stop state: {stop.state} {stop.reason}")
+    emit(args, payload, text)
+    return 0
+
+
+def cmd_run(args, settings) -> int:
+    exp = _init(args, settings, mode="run")
+    return finish_run(args, exp, exp.run_loop())
+
+
+def cmd_resume(args, settings) -> int:
+    exp = open_run(args.run, settings)
+    exp.check_environment(probe.probe_environment(exp.root, settings))
+    repaired = exp.repair()
+    if args.max_iters:
+        exp.state.policy["max_iters"] = args.max_iters
+        exp.policy = decide.Policy(**exp.state.policy)
+    exp.state.stopped = None
+    exp.save()
+    exp.render()  # perf_results.md from the records: a kill can land between a record and its rendering
+    if exp.state.mode == "run" and not args.no_continue:
+        stop = exp.run_loop()
+    else:
+        stop = exp.stop_state()
+    if repaired is not None:
+        exp.log(f"repaired iteration {repaired.iteration}: {repaired.status}")
+    return finish_run(args, exp, stop)
+
+
+def cmd_demo(args, settings) -> int:
+    where = make_demo_repository(args.op, args.dir)
+    print(f"demo repository: {where}", file=sys.stderr)
+    os.chdir(where)
+    exp = init_run(f"kernels/{args.op}/{args.op}_triton.py", device=args.device, branch=None, target_backend=None, seed=0,
+                   policy=decide.Policy(max_iters=args.max_iters), settings=settings, mode="run")
+    return finish_run(args, exp, exp.run_loop())
+
+
+PARSERS = {"init": add_init, "step": add_step, "run": add_run, "resume": add_resume, "demo": add_demo}
+COMMANDS = {"init": cmd_init, "step": cmd_step, "run": cmd_run, "resume": cmd_resume, "demo": cmd_demo}

@@ -1,0 +1,115 @@
+"""Commands that read a run back: status, history (from git alone), results, report, experience."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loop.cli.common import common, emit, record_summary, row_json, status_payload
+from loop.common.errors import UserError
+from loop.common.files import atomic_write_text
+from loop.records import experience, gitops, history, report
+from loop.records.perf_table import Row, markdown_table, render_table
+from loop.run import state as st
+from loop.run.experiment import open_run
+from loop.tools.final import measure_final
+
+
+def _add_run_reader(name: str, text: str):
+    def add(sub) -> None:
+        sp = sub.add_parser(name, help=text)
+        common(sp)
+        if name == "history":
+            sp.add_argument("--branch", help="rebuild from this run branch instead of the current run's")
+    return add
+
+
+def add_report(sub) -> None:
+    sp = sub.add_parser("report", help="sandbox/<run>/report.md and latency.png: path, backends, roofline, PyTorch")
+    sp.add_argument("--measure", action="store_true", help="measure the best version against torch eager and torch.compile (GPU)")
+    common(sp)
+
+
+def add_experience(sub) -> None:
+    sp = sub.add_parser("experience", help="what worked before, across runs: list | recommend | stats")
+    sp.add_argument("action", choices=["list", "recommend", "stats"])
+    sp.add_argument("--kernel-class", choices=["dot", "norm-like", "reduction", "element-wise"])
+    sp.add_argument("--backend", choices=["ptx", "tileir", "cutile", "interpreter"])
+    sp.add_argument("--arch", help="e.g. sm_90")
+    common(sp, run_opt=False)
+
+
+def cmd_status(args, settings) -> int:
+    exp = open_run(args.run, settings)
+    p = status_payload(exp)
+    text = "\n".join(f"{k}: {v}" for k, v in p.items() if k != "backends")
+    emit(args, {**p, "runs": st.list_runs(exp.root)}, text)
+    return 0
+
+
+def cmd_history(args, settings) -> int:
+    root = gitops.find_root(Path.cwd())
+    if args.branch:
+        branch = args.branch
+        found = gitops.log_with_trailers(root, [branch])
+        if not found:
+            raise UserError(f"branch {branch!r} has no tileloop experiments")
+        run_id = found[-1][2]["Tileloop-Run"]
+    else:
+        s = st.load(root, st.current(root, args.run))
+        branch, run_id = s.branch, s.run_id
+    rows = history.rows(root, run_id, branch)
+    emit(args, {"run": run_id, "branch": branch, "rows": [row_json(r) for r in rows]}, render_table(rows))
+    return 0
+
+
+def cmd_results(args, settings) -> int:
+    exp = open_run(args.run, settings)
+    recs = exp.records()
+    emit(args, {"run": exp.state.run_id, "perf_results": str(exp.perf_path.relative_to(exp.root)),
+                "rows": [row_json(Row.from_record(r)) for r in recs], "records": [record_summary(r) for r in recs]},
+         exp.perf_path.read_text() if exp.perf_path.exists() else "(no results yet)")
+    return 0
+
+
+def cmd_report(args, settings) -> int:
+    exp = open_run(args.run, settings)
+    recs = exp.records()
+    if not recs:
+        raise UserError(f"run {exp.state.run_id} has no records yet")
+    final = None
+    if args.measure:
+        if exp.state.device != "cuda":
+            raise UserError("--measure needs a GPU run (this run used --device cpu)")
+        final = measure_final(exp, settings)
+    png = exp.dir / "latency.png"
+    report.plot(recs, png, any(r.interpreter for r in recs))
+    text = report.render(exp.state, recs, exp.root, final, png.name)
+    path = exp.dir / "report.md"
+    atomic_write_text(path, text)
+    emit(args, {"run": exp.state.run_id, "report": str(path.relative_to(exp.root)), "plot": str(png.relative_to(exp.root)),
+                "final": final}, text)
+    return 0
+
+
+def cmd_experience(args, settings) -> int:
+    entries = experience.matching(experience.load(), args.kernel_class, args.backend, args.arch)
+    if args.action == "list":
+        rows = [{k: v for k, v in e.__dict__.items() if k != "schema"} for e in entries]
+        emit(args, {"path": str(experience.path()), "entries": rows}, markdown_table(rows) if rows else "(no experience yet)")
+    elif args.action == "stats":
+        rows = experience.stats(entries)
+        emit(args, {"path": str(experience.path()), "stats": rows}, markdown_table(rows) if rows else "(no experience yet)")
+    else:
+        if not (args.kernel_class and args.backend):
+            raise UserError("experience recommend needs --kernel-class and --backend")
+        rows = experience.recommend(experience.load(), args.kernel_class, args.backend, args.arch)
+        emit(args, {"recommend": rows}, markdown_table(rows) if rows else "(no experience for this kind of kernel yet)")
+    return 0
+
+
+PARSERS = {"report": add_report, "experience": add_experience,
+           "status": _add_run_reader("status", "where the run stands: best, iterations, stop state"),
+           "history": _add_run_reader("history", "the run's experiments rebuilt from git alone (trailers)"),
+           "results": _add_run_reader("results", "perf_results.md (or the records, with --json)")}
+COMMANDS = {"status": cmd_status, "history": cmd_history, "results": cmd_results, "report": cmd_report,
+            "experience": cmd_experience}

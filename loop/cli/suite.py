@@ -1,0 +1,55 @@
+"""`tileloop suite run | summarize`: many targets tuned unattended, and one table of them all."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from loop.cli.common import arch_list, common, duration, emit, positive_int
+from loop.common.files import atomic_write_text
+from loop.suite import runner, summary
+
+
+def add_suite(sub) -> None:
+    sp = sub.add_parser("suite", help="tune many targets unattended, one after another (run), or summarise such runs (summarize)")
+    sp.add_argument("action", choices=["run", "summarize"])
+    sp.add_argument("paths", nargs="+", help="run: target files; summarize: suite output folders or entry files")
+    sp.add_argument("--out-dir", default="sandbox/suite", help="run: where entries, reports and plots go (default sandbox/suite)")
+    sp.add_argument("--per-run", type=duration, help="run: wall-clock limit per target (the run is then repaired and marked cut off)")
+    sp.add_argument("--archs", type=arch_list, default=None, help="run: ahead-of-time compile gate architectures passed to each run")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="run: passed to each run (cpu: interpreter timings)")
+    sp.add_argument("--gpus", type=lambda t: [g.strip() for g in t.split(",") if g.strip()],
+                    help="run: device ids, e.g. 0,1,2,3: one target per GPU at a time, each GPU in its own git worktree "
+                         "under sandbox/suite-worktrees/ (with CUDA_VISIBLE_DEVICES set)")
+    sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
+    sp.add_argument("--resume", action="store_true",
+                    help="run: continue a suite that was stopped: a target whose run exists goes on with tileloop resume "
+                         "(on the GPU whose worktree holds it), a finished one keeps its entry (measured again only if the entry "
+                         "lacks its final measurement), the others start")
+    sp.add_argument("--restart", action="append", metavar="TARGET", default=[],
+                    help="run, with --resume: forget this target's run (branch, records, entry) so it starts anew, "
+                         "e.g. after its playbook changed; repeatable")
+    sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
+    sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
+    common(sp, run_opt=False)
+
+
+def cmd_suite(args, settings) -> int:
+    if args.action == "run":
+        extra = ["--device", args.device] + (["--archs", ",".join(args.archs)] if args.archs else [])
+        extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
+        log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+        entries = runner.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus,
+                                   resume=args.resume, restart=args.restart)
+        emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
+        return 0
+    entries = summary.load_entries([Path(p) for p in args.paths])
+    text = summary.summarize(entries, args.title)
+    if args.out:
+        atomic_write_text(Path(args.out), text + "\n")
+    emit(args, {"entries": len(entries), "out": args.out, "markdown": text}, text)
+    return 0
+
+
+PARSERS = {"suite": add_suite}
+COMMANDS = {"suite": cmd_suite}

@@ -1,0 +1,46 @@
+"""Iteration 0: the target as given, measured and recorded as the run's first best version."""
+
+from __future__ import annotations
+
+import time
+
+from loop.common.errors import UserError
+from loop.measure.evaluate import guard_failures
+from loop.records import gitops, history
+from loop.records.results import Record, append_record
+from loop.run.core import now, portable_env, with_changes
+from loop.run.measuring import Measuring
+from loop.run.recording import Recording
+from loop.target.contract import source_hash
+
+
+class Baseline(Measuring, Recording):
+    def baseline(self) -> Record:
+        started, t0 = now(), time.monotonic()
+        src = (self.root / self.state.target).read_text()
+        self.state.inflight = {"iteration": 0, "stage": "measure", "optimization": "baseline"}
+        self.save()
+        results, _raw, gate = self._measure(0, None, src)
+        target = results[self.state.target_backend]
+        if target.status != "ok":
+            raise UserError(f"the baseline does not pass: {self.state.target_backend}: {target.status}: {target.reason}",
+                            hint=f"logs under {target.worker_dir}")
+        bad = guard_failures(results, self.state.target_backend)
+        if bad:
+            raise UserError(f"the baseline fails on a guard backend: {'; '.join(bad)}")
+        record = Record(run=self.state.run_id, iteration=0, optimization="baseline", status="keep", correctness="PASS",
+                        latency_ms=target.latency_ms, target_backend=self.state.target_backend, backends=results,
+                        commit=None, parent=self.state.base_commit, hypothesis="", env=portable_env(self.state.env),
+                        source_hash=source_hash(src), started=started, finished=now(), wall_s=round(time.monotonic() - t0, 3),
+                        decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate,
+                        harness=self.state.harness)
+        sha = gitops.commit(self.root, history.commit_message(record), [], allow_empty=True)
+        record = with_changes(record, commit=sha)
+        append_record(self.results_path, record)
+        self.state.best_commit, self.state.best_latency_ms = sha, target.latency_ms
+        self.state.last_iteration, self.state.inflight = 0, None
+        self._mark_seen(src)
+        self.state.active_s += record.wall_s
+        self.save()
+        self.render()
+        return record

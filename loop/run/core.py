@@ -1,0 +1,144 @@
+"""A run bound to its repository: its state, paths, records, perf_results.md and stop state.
+
+`RunCore` is what every stage of a run shares; the stages add to it (`loop.run.experiment`
+composes them). Every public method leaves state.json consistent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from loop import decide
+from loop.common.errors import UserError
+from loop.common.files import atomic_write_text
+from loop.common.settings import Settings
+from loop.measure.launch import run_worker
+from loop.records import gitops
+from loop.records.results import Record, read_records
+from loop.records.perf_table import Row, render_perf_results
+from loop.run import state as st
+from loop.run.progress import ProgressView, plain_log
+
+Log = Callable[[str], None]
+stderr_log = plain_log
+
+
+def now() -> str:
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def portable_env(env: dict) -> dict:
+    """The environment as records keep it: tools by name and version, not by where they were installed."""
+    return {k: (os.path.basename(v) if k in ("tileiras", "ncu") and isinstance(v, str) else v) for k, v in env.items()}
+
+
+def with_changes(record: Record, **changes) -> Record:
+    return replace(record, **changes)
+
+
+class RunCore:
+    """A run bound to its repository; every public method leaves state.json consistent."""
+
+    def __init__(self, root: Path, state: st.RunState, settings: Settings, log: Log = stderr_log):
+        # the run's own per-worker timeout, unless TILELOOP_WORKER_TIMEOUT overrides it for this session
+        if "TILELOOP_WORKER_TIMEOUT" not in os.environ:
+            settings = replace(settings, worker_timeout_s=state.worker_timeout_s)
+        self.root, self.state, self.settings = root, state, settings
+        self.policy = decide.Policy(**state.policy)
+        self.progress_view = ProgressView(state.run_id, self.policy.max_iters, log)
+        self.progress_view.update(best=state.best_latency_ms)
+        self.log = self.progress_view.log
+
+    @property
+    def dir(self) -> Path:
+        return st.run_dir(self.root, self.state.run_id)
+
+    @property
+    def results_path(self) -> Path:
+        return self.dir / "results.jsonl"
+
+    @property
+    def perf_path(self) -> Path:
+        return self.dir / "perf_results.md"
+
+    def iter_dir(self, n: int) -> Path:
+        """Everything one iteration's workers wrote: jobs, results, logs, the candidate copies."""
+        return self.dir / "logs" / f"iter-{n:03d}"
+
+    def records(self) -> list[Record]:
+        return read_records(self.results_path)
+
+    def save(self) -> None:
+        st.save(self.root, self.state)
+
+    def stage(self, name: str, **extra) -> None:
+        assert self.state.inflight is not None
+        self.state.inflight.update(stage=name, **extra)
+        self.save()
+        self.progress_view.update(stage=name)
+        if self.settings.test_kill_at == name and self.state.inflight.get("iteration", 0) >= 1:
+            # fault injection for the resume tests: a kill -9 on entering this stage
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def render(self) -> None:
+        recs = self.records()
+        header = {
+            "target": f"`{self.state.target}` ({self.state.language})",
+            "branch": f"`{self.state.branch}`",
+            "target backend": self.state.target_backend,
+            "device": self.state.env.get("gpu") or "CPU (Triton interpreter)",
+            "latency_ms": "geometric mean over benchmark shapes of the target backend's median",
+        }
+        if self.state.harness:
+            header.update({"device": self.state.env.get("gpu") or "no GPU visible to tileloop",
+                           "latency_ms": "geometric mean over the bench command's records of their median over "
+                                         f"{self.state.harness['bench_repeats']} runs (ms)",
+                           "test command": f"`{self.state.harness['test_cmd']}`",
+                           "bench command": f"`{self.state.harness['bench_cmd']}`"})
+        text = render_perf_results(self.state.run_id, header, [Row.from_record(r) for r in recs],
+                                   any(r.interpreter for r in recs))
+        atomic_write_text(self.perf_path, text)
+
+    def progress(self) -> decide.Progress:
+        """What the stop rules see. An interrupted iteration (a kill, a reboot) counts as an iteration
+        but says nothing about the candidates: it is neither a crash nor a non-improvement there, so a
+        resume right after a genuine crash does not escalate on the interruption."""
+        real = [(o, v) for o, v in zip(self.state.outcomes, self.state.verdicts) if v != "interrupted"]
+        return decide.Progress(
+            iterations=max(self.state.last_iteration, 0), elapsed_s=self.state.active_s,
+            outcomes=tuple(o for o, _ in real), last_verdict=real[-1][1] if real else None,
+            crash_causes=tuple(c for c in self.state.crash_causes if c != "interrupted"))
+
+    def stop_state(self, exhausted: bool = False) -> decide.StopState:
+        p = self.progress()
+        if exhausted:
+            p = decide.Progress(p.iterations, p.elapsed_s, p.outcomes, p.last_verdict, p.crash_causes, True)
+        return decide.stop_state(self.policy, p)
+
+    def _check_position(self) -> None:
+        branch = gitops.current_branch(self.root)
+        if branch != self.state.branch:
+            raise UserError(f"the repository is on {branch!r}, not the run's branch {self.state.branch!r}",
+                            hint=f"git checkout {self.state.branch}")
+        head = gitops.head_sha(self.root)
+        if head != self.state.best_commit:
+            raise UserError(f"branch tip {head[:10]} is not the run's best commit {self.state.best_commit[:10]}",
+                            hint="tileloop resume repairs an interrupted iteration")
+
+    @property
+    def arch(self) -> str:
+        cap = self.state.env.get("capability")
+        return f"sm_{cap[0]}{cap[1]}" if cap else "cpu"
+
+    def gpu_health(self) -> str | None:
+        """None when the device answers a tiny round trip within a minute, else why not."""
+        workdir = self.dir / "logs" / "health"
+        res = run_worker(workdir, None, None, self.settings, self.dir / "triton-cache" / "health", timeout_s=60, name="health")
+        if res.get("status") == "ok":
+            return None
+        return f"{res.get('status')}: {res.get('message')}"

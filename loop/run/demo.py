@@ -1,0 +1,28 @@
+"""`tileloop demo`: an included kernel copied into a fresh git repository, where the loop can run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from loop.common.errors import UserError
+from loop.common.files import SOURCE_ROOT
+from loop.records import gitops
+
+
+def make_demo_repository(op: str, where: Path | None) -> Path:
+    """A new git repository (in `where`, or a new temporary folder) holding kernels/<op>/, committed."""
+    source = SOURCE_ROOT / "kernels" / op
+    if not source.is_dir():
+        raise UserError(f"the demo kernel {source} is missing", hint="run the demo from a tileloop source checkout")
+    where = where or Path(tempfile.mkdtemp(prefix="tileloop-demo-"))
+    if where.exists() and any(where.iterdir()):
+        raise UserError(f"demo folder {where} is not empty")
+    shutil.copytree(source, where / "kernels" / op)
+    env = {**os.environ, **gitops.FALLBACK_IDENTITY}
+    for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", f"{op}: first version"]):
+        subprocess.run(cmd, cwd=where, check=True, env=env)
+    return where

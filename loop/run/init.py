@@ -1,0 +1,139 @@
+"""`tileloop init` (and the start of `tileloop run`): the target and spec checked, a new branch from
+a clean tree, the environment probed, the backends chosen, and the baseline measured. A failure
+leaves nothing half-made: the user's branch checked out again, the empty run branch deleted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from loop import backends as backend_registry
+from loop import decide
+from loop.common.errors import UserError
+from loop.common.settings import Settings
+from loop.measure import external, probe
+from loop.measure.evaluate import require_available
+from loop.records import gitops
+from loop.run import state as st
+from loop.run.core import Log, now, stderr_log
+from loop.run.experiment import Experiment
+from loop.target.contract import load_harness_target, load_kernel
+from playbook import get as get_recipe
+from playbook.hazards import scan
+
+DEFAULT_ARCHS = ("sm_90", "sm_100")  # Hopper and Blackwell: every candidate must compile for both
+
+
+def default_branch(op: str, now: dt.datetime | None = None) -> str:
+    return f"tileloop/{op}-{(now or dt.datetime.now()):%Y%m%d-%H%M}"
+
+
+def init_run(target: str, *, device: str, branch: str | None, target_backend: str | None, seed: int,
+             policy: decide.Policy, settings: Settings, log: Log = stderr_log,
+             archs: list[str] | None = None, worker_timeout_s: float | None = None,
+             harness: external.Harness | None = None, skip_recipes: list[str] | None = None,
+             mode: str = "agent") -> Experiment:
+    """Branch and baseline. With `harness`, the repository's own commands decide (no spec.py, no compile gate).
+    `mode` "run" (an unattended run) is recorded before the baseline, so that a run killed right
+    after its baseline is continued by `tileloop resume`, not left waiting for an agent's step."""
+    root = gitops.find_root(Path.cwd())
+    target_rel, spec_rel, language, op, archs = _target(target, root, harness, target_backend, archs)
+    for rid in skip_recipes or []:
+        get_recipe(rid)  # an unknown id is refused with the list of valid ones
+    gitops.require_clean(root)
+    if not gitops.is_tracked(root, str(target_rel)):
+        raise UserError(f"target {target_rel} is not committed", hint="git add and commit it first")
+    if spec_rel is not None and not gitops.is_tracked(root, str(spec_rel)):
+        raise UserError(f"spec {spec_rel} is not committed", hint="git add and commit it first")
+    for hazard in scan((root / target_rel).read_text(), language):
+        if hazard.severity != "info":
+            log(f"Tile IR hazard: {target_rel}:{hazard}")
+    branch, run_id = _branch(root, branch, op)
+    names = [external.BACKEND] if harness else [b.name for b in backend_registry.for_language(language, device)]
+    if target_backend is not None and target_backend not in names:
+        raise UserError(f"--target-backend {target_backend} does not apply to a {language} target with "
+                        f"--device {device}; valid: {', '.join(names)}")
+    log(f"probing the environment ({device})")
+    env = probe.probe_environment(root, settings)
+    if device == "cuda" and not env.get("cuda_available"):
+        raise UserError(f"no GPU available: {env.get('cuda_reason')}",
+                        hint="pass --device cpu to run the loop under the Triton interpreter")
+    avail, chosen = _choose_backend(names, env, language, device, target_backend, harness is not None)
+    state = st.RunState(run_id=run_id, branch=branch, origin_branch=gitops.current_branch(root), target=str(target_rel),
+                        spec="" if spec_rel is None else str(spec_rel), language=language, op=op, device=device,
+                        target_backend=chosen, backends=names, availability=avail, base_commit=gitops.head_sha(root),
+                        seed=seed, env=env, untracked_at_start=list(gitops.tree_status(root).untracked),
+                        policy=asdict(policy), created=now(), archs=list(DEFAULT_ARCHS if archs is None else archs),
+                        worker_timeout_s=worker_timeout_s or settings.worker_timeout_s,
+                        harness=harness.to_json() if harness else None, skip_recipes=list(skip_recipes or []),
+                        mode=mode)
+    return _start(root, state, settings, log)
+
+
+def _target(target: str, root: Path, harness: external.Harness | None, target_backend: str | None,
+            archs: list[str] | None) -> tuple[Path, Path | None, str, str, list[str] | None]:
+    """(target, spec, language, op, archs) of a run: a target with its spec.py, or, with `harness`,
+    any Python file of the repository (no spec, no compile gate)."""
+    if harness is None:
+        kernel = load_kernel(target, root)
+        return kernel.target, kernel.spec, kernel.language, kernel.op, archs
+    if target_backend is not None:
+        raise UserError("--target-backend does not apply to a run with --test-cmd/--bench-cmd: the bench command decides")
+    if archs:
+        raise UserError("--archs does not apply to a run with --test-cmd/--bench-cmd: the compile gate needs the "
+                        "example inputs of a spec.py", hint="let the test command compile what it needs")
+    target_rel, language, op = load_harness_target(target, root)
+    return target_rel, None, language, op, []
+
+
+def _branch(root: Path, branch: str | None, op: str) -> tuple[str, str]:
+    """The run's branch and id. A default name never collides: a second run in the same minute gets -2, -3, ..."""
+    if branch is None:
+        base_name, n = default_branch(op), 1
+        branch = base_name
+        while gitops.branch_exists(root, branch) or st.state_path(root, branch.removeprefix("tileloop/")).exists():
+            n += 1
+            branch = f"{base_name}-{n}"
+    if gitops.branch_exists(root, branch):
+        raise UserError(f"branch {branch!r} already exists", hint="pass --branch NAME, or wait a minute for a new default name")
+    gitops.check_branch_name(root, branch)
+    run_id = re.sub(r"[^A-Za-z0-9._-]+", "-", branch.removeprefix("tileloop/"))
+    if st.state_path(root, run_id).exists():
+        raise UserError(f"a run named {run_id!r} already exists in {st.SANDBOX}/", hint="pass --branch NAME")
+    return branch, run_id
+
+
+def _choose_backend(names: list[str], env: dict, language: str, device: str, target_backend: str | None,
+                    harness: bool) -> tuple[dict, str]:
+    """Each backend's availability on this machine, and the target backend (the one whose latency decides)."""
+    if harness:
+        return {external.BACKEND: {"available": True, "reason": ""}}, external.BACKEND
+    avail = {n: backend_registry.availability(backend_registry.get(n), env, device).to_json() for n in names}
+    typed = {n: backend_registry.Availability(**a) for n, a in avail.items()}
+    chosen = target_backend or backend_registry.default_target(language, device, typed)
+    backend_registry.get(chosen)
+    require_available(chosen, avail)
+    return avail, chosen
+
+
+def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Experiment:
+    """Make the branch and the run folder, then measure the baseline."""
+    gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
+    gitops.create_branch(root, state.branch)
+    exp = Experiment(root, state, settings, log)
+    exp.save()
+    (exp.dir / "git-config.snapshot").write_bytes(gitops.config_path(root).read_bytes())
+    st.set_current(root, state.run_id)
+    log(f"run {state.run_id} on branch {state.branch}: target backend {state.target_backend}; measuring the baseline")
+    try:
+        exp.baseline()
+    except BaseException:
+        # leave nothing half-made: back to the user's branch, drop the empty run branch, keep the logs
+        gitops.checkout(root, state.origin_branch or state.base_commit)
+        with gitops.open_repo(root) as repo:
+            repo.git.branch("-D", state.branch)
+        st.state_path(root, state.run_id).unlink(missing_ok=True)
+        raise
+    return exp

@@ -1,0 +1,100 @@
+"""One iteration of an agent's or the playbook's change: integrity (the target is the only file
+changed) -> commit -> verify + measure -> decide -> record -> keep|revert. `state.inflight` names
+the stage at every step, so `resume` can finish or record an interrupted iteration exactly once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+from loop import decide
+from loop.common.errors import HarnessFailure, IntegrityError, UserError
+from loop.common.files import atomic_write_text
+from loop.measure.evaluate import guard_failures
+from loop.records import gitops, history
+from loop.records.results import BackendResult, Record
+from loop.run.core import now, with_changes
+from loop.run.measuring import Measuring
+from loop.run.recording import Recording
+
+
+class Iteration(Measuring, Recording):
+    def check_integrity(self) -> None:
+        """Only the target may change. Anything else is refused before it runs, set aside under
+        sandbox/<run>/refused/<time>/ (a patch, copies of new files) and restored; a changed
+        .git/config is restored from the run's snapshot."""
+        others, new = gitops.integrity_violations(self.root, self.state.target, set(self.state.untracked_at_start))
+        snap = self.dir / "git-config.snapshot"
+        git_config = gitops.config_path(self.root)
+        config_changed = snap.exists() and git_config.read_bytes() != snap.read_bytes()
+        if not (others or new or config_changed):
+            return
+        where = self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        gitops.set_aside(self.root, others, new, where)
+        if config_changed:
+            where.mkdir(parents=True, exist_ok=True)
+            (where / "git-config").write_bytes(git_config.read_bytes())
+            git_config.write_bytes(snap.read_bytes())
+        listed = ", ".join((others + new + ([".git/config"] if config_changed else []))[:8])
+        raise IntegrityError(f"refused: the change touches files other than the target {self.state.target}: {listed}; "
+                             f"they were restored, the refused change is saved in {where.relative_to(self.root)}",
+                             hint="an iteration may change the target file only")
+
+    def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
+                 allow_unchanged: bool = False, rationale: str = "", expected: str = "",
+                 kind: str = "agent") -> tuple[Record, decide.StopState]:
+        """Commit and evaluate the working-tree version of the target (integrity checked first)."""
+        self._check_position()
+        self.check_integrity()
+        cand_src = (self.root / self.state.target).read_text()
+        inc_src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        if cand_src == inc_src and not allow_unchanged:
+            raise UserError(f"the target {self.state.target} is unchanged since the best commit",
+                            hint="edit the target first (or pass --allow-unchanged for an A/A check)")
+        n = self.state.last_iteration + 1
+        started, t0 = now(), time.monotonic()
+        optimization = " ".join(optimization.split()) or "unnamed change"
+        self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
+                               "recipe": recipe, "key": key, "started": started}
+        self.stage("commit")
+        pending = self._record(n, optimization, hypothesis, recipe, "crash", "FAIL", None, {}, None, {}, {}, None,
+                               cand_src, started, 0.0)
+        sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
+                            allow_empty=cand_src == inc_src)
+        self.state.inflight["commit"] = sha
+        self.save()
+        try:
+            results, raw, gate = self._measure(n, inc_src, cand_src)
+        except HarnessFailure:
+            raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
+        self.stage("decide")
+        decision, remeasured = self._decide(results, raw), False
+        if decision.action == "remeasure":
+            self.log(f"#{n} {decision.reason}")
+            results, raw, gate = self._measure(n, inc_src, cand_src)
+            decision, remeasured = self._decide(results, raw, remeasured=True), True
+        status = {"keep": "keep", "revert": "revert", "crash": "crash"}[decision.action]
+        target = results[self.state.target_backend]
+        failure = None if target.status == "ok" else {"status": target.status, "message": target.reason}
+        correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
+        self._update_counters(decision, status, target)
+        stop = self.stop_state()
+        record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
+                              decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
+                              cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
+        record = with_changes(record, compile=gate, rationale=rationale, expected=expected, kind=kind)
+        atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
+        self.stage("record")
+        self._finish(record)
+        return record, stop
+
+    def _decide(self, results: dict[str, BackendResult], raw: dict, remeasured: bool = False) -> decide.Decision:
+        tb = self.state.target_backend
+        target = results[tb]
+        if target.status == "fallback":
+            return decide.Decision("revert", "guard_failed", target.reason)
+        if target.status != "ok":
+            return decide.decide(self.policy, failure=target.status, failure_message=target.reason)
+        return decide.decide(self.policy, shapes=decide.comparisons(raw[tb], self.policy),
+                             guard_failures=guard_failures(results, tb), remeasured=remeasured)

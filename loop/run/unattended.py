@@ -1,0 +1,86 @@
+"""The unattended loop (`tileloop run`): one playbook candidate per iteration, proposed for the
+current best version, until a stop rule fires; and the next candidates an agent's step suggests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loop import decide
+from loop.common.files import atomic_write_text
+from loop.records import experience, gitops
+from loop.run.iteration import Iteration
+from playbook import Candidate, next_candidate
+from playbook.analysis import analyze
+from playbook.base import why_nothing
+
+
+class Unattended(Iteration):
+    def run_loop(self, max_iters: int | None = None) -> decide.StopState:
+        self.state.mode = "run"
+        self.save()
+        done_here, why = 0, None
+        while True:
+            stop = self.stop_state()
+            if stop.state != "continue":
+                break
+            if max_iters is not None and done_here >= max_iters:
+                stop = decide.StopState("stop", f"reached --max-iters {max_iters}")
+                break
+            if self.state.device == "cuda" and (bad := self.gpu_health()):
+                stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
+                break
+            src = (self.root / self.state.target).read_text()
+            an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
+            cand = self._injected(self.state.last_iteration + 1) or next_candidate(src, an, self.state.tried,
+                                                                                    self.state.demoted,
+                                                                                    self.state.skip_recipes)
+            if cand is None:
+                stop = self.stop_state(exhausted=True)
+                if stop.state == "stop" and stop.reason.startswith("playbook exhausted"):
+                    why = why_nothing(src, an, self.state.tried, self.state.skip_recipes)
+                break
+            self.progress_view.update(iteration=self.state.last_iteration + 1, change=cand.title)
+            self.log(f"#{self.state.last_iteration + 1} apply {cand.title} [{cand.recipe}]")
+            self.state.inflight = {"iteration": self.state.last_iteration + 1, "stage": "apply", "key": cand.key,
+                                   "optimization": cand.title, "hypothesis": cand.hypothesis, "recipe": cand.recipe}
+            self.save()
+            atomic_write_text(self.root / self.state.target, cand.source)
+            self.stage("apply")
+            self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key, kind=cand.kind)
+            done_here += 1
+        # an exhausted playbook says, per recipe, why it has nothing left: where a new recipe or an edit would go
+        self.state.stopped = {**stop.to_json(), **({"recipes": why} if why else {})}
+        self.save()
+        self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
+        for rid, reason in (why or {}).items():
+            self.log(f"  {rid}: {reason}")
+        self.progress_view.close()
+        return stop
+
+    def _injected(self, n: int):
+        """A fault planted by TILELOOP_TEST_INJECT for iteration n (tests of unattended runs), once."""
+        for it, path in self.settings.test_inject:
+            key = f"fault-injection:{it}"
+            if it == n and key not in self.state.tried:
+                return Candidate("fault-injection", "fault", key, f"injected fault: {Path(path).stem}",
+                                 "a planted fault: it must be classified and reverted, and the run must go on",
+                                 Path(path).read_text())
+        return None
+
+    def suggestions(self, limit: int = 3) -> list[dict]:
+        """Next candidates from the playbook for the current best version, experience first."""
+        src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
+        ranked = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
+        order = {r["kind"]: i for i, r in enumerate(ranked) if r["kept"]}
+        tried, out = list(self.state.tried), []
+        while len(out) < 3 * limit:
+            c = next_candidate(src, an, tried, self.state.demoted, self.state.skip_recipes)
+            if c is None:
+                break
+            tried.append(c.key)
+            hist = next((r for r in ranked if r["kind"] == c.kind), None)
+            out.append({"recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
+                        "hypothesis": c.hypothesis, "experience": hist})
+        out.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: playbook order within equal rank
+        return out[:limit]

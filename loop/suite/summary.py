@@ -1,0 +1,212 @@
+"""`suite summarize` turns entries (from one or several `suite run` calls) into one markdown file:
+per op and implementation, baseline and final latency, speedup, fraction of same-run clone
+bandwidth (memory-bound ops) or of torch.matmul's rate (matmul), torch eager and torch.compile,
+iterations, wall time per iteration and the recipes kept; then Triton/PTX against cuTile per op.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from loop.common.errors import UserError
+from loop.records.results import Record
+from loop.records.perf_table import markdown_table
+
+ENTRY_SCHEMA = "tileloop.suite-entry/1"
+
+
+def _size(shape) -> int:
+    return math.prod(int(x) for x in shape)
+
+
+def largest(shapes: list[dict]) -> dict | None:
+    """The benchmark shape that moves the most bytes (then the most elements); first wins ties."""
+    if not shapes:
+        return None
+    return max(shapes, key=lambda s: (s.get("bytes") or 0, _size(s["shape"])))
+
+
+def _stats(entry_shape: dict, *labels: str) -> dict:
+    for label in labels:
+        if isinstance(entry_shape.get(label), dict):
+            return entry_shape[label]
+    return {}
+
+
+def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: float) -> dict:
+    """One suite entry from a run's records (results.jsonl) and its final measurement."""
+    recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+    if not recs:
+        raise UserError(f"{run_dir} has no records")
+    state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").is_file() else {}
+    base = recs[0]
+    backend = base.target_backend
+    best = next(r for r in reversed(recs) if r.status == "keep")
+    b0, b1 = base.backends[backend], best.backends[backend]
+    s0 = largest(b0.shapes)
+    s1 = next((s for s in b1.shapes if s0 and s["shape"] == s0["shape"] and s["dtype"] == s0["dtype"]), None)
+    base_l = _stats(s0 or {}, "baseline", "candidate")
+    best_l = _stats(s1 or {}, "candidate", "baseline") if best.iteration else base_l
+    final_rows = (final or {}).get("rows", [])
+    key = "x".join(map(str, s0["shape"])) if s0 else None
+    final_large = next((r for r in final_rows if s0 and r["shape"] == key and r["dtype"] == s0["dtype"]), None)
+    experiments = recs[1:]
+    return {
+        "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
+        "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
+        "baseline_ms": base.latency_ms, "best_ms": best.latency_ms,
+        "speedup": base.latency_ms / best.latency_ms if base.latency_ms and best.latency_ms else None,
+        "largest_shape": {"shape": s0["shape"], "dtype": s0["dtype"], "flops": s0.get("flops"), "bytes": s0.get("bytes")} if s0 else None,
+        "largest_baseline": base_l, "largest_best": best_l,
+        "final": final_rows, "final_largest": final_large,
+        "iterations": len(experiments),
+        "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash")},
+        "median_iteration_wall_s": statistics.median(r.wall_s for r in experiments) if experiments else None,
+        "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
+        "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
+        "cut_off": cut_off, "suite_wall_s": wall_s,
+    }
+
+
+def _f(x, fmt="{:.6f}") -> str:
+    return fmt.format(x) if isinstance(x, (int, float)) else ""
+
+
+# The reference suite's targets: memory-bound ops at >= 0.90 of same-run clone bandwidth at the
+# largest benchmark shape; bf16 matmul at 4096^3 against torch.matmul (Triton 0.90, cuTile 0.80);
+# every op at least torch.compile's speed at each benchmark shape.
+CLONE_TARGET = 0.90
+MATMUL_TARGET = {"triton": 0.90, "cutile": 0.80}
+MATMUL_TARGET_SHAPE = "4096x4096x4096"
+COMPUTE_BOUND_FLOP_PER_BYTE = 50.0  # above this, a fraction of copy bandwidth says nothing about the kernel
+
+
+def _compute_bound(e: dict) -> bool:
+    shape = e.get("largest_shape") or {}
+    return bool(shape.get("bytes")) and shape.get("flops", 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
+
+
+def _ratio(row: dict, ref: str) -> float:
+    return float(row[ref]) / float(row["best (ms)"])
+
+
+def target_rows(entries: list[dict]) -> list[dict]:
+    """Each entry against the suite's targets: measured value, target, met or not. The value is the
+    entry's final measurement (`tileloop report --measure`); for the clone-bandwidth target the
+    loop's own measurement of the same version is shown too, and both must clear it."""
+    rows = []
+    for e in sorted(entries, key=lambda e: (e["op"], e["language"])):
+        final, fl, impl = e.get("final") or [], e.get("final_largest") or {}, f"{e['op']} {e['language']}"
+
+        def row(what, value, target, loop_value=None):
+            # met only when every measurement of the version clears the target (the final one and,
+            # where there is one, the loop's own: a kernel tuned at run time may pick differently)
+            values = [v for v in (value, loop_value) if v is not None]
+            met = "not measured" if value is None else ("met" if min(values) >= target else "not met")
+            rows.append({"op / impl": impl, "target": what, "measured": "" if value is None else f"{value:.2f}",
+                         "loop's measurement": "" if loop_value is None else f"{loop_value:.2f}",
+                         "needed": f">= {target:.2f}", "result": met})
+
+        if e["op"] == "matmul":
+            at = next((r for r in final if r.get("shape") == MATMUL_TARGET_SHAPE and r.get("dtype") == "bfloat16"), None)
+            row(f"bf16 {MATMUL_TARGET_SHAPE}: torch.matmul time / ours",
+                _ratio(at, "torch eager (ms)") if at else None, MATMUL_TARGET.get(e["language"], 0.8))
+        elif not _compute_bound(e):
+            frac = fl.get("best, fraction of clone bandwidth")
+            row(f"largest shape ({fl.get('shape', '?')} {fl.get('dtype', '')}): fraction of clone bandwidth",
+                float(frac) if frac not in (None, "", "n/a") else None, CLONE_TARGET,
+                (e.get("largest_best") or {}).get("frac_clone_bw"))
+        worst = min(final, key=lambda r: _ratio(r, "torch.compile (ms)"), default=None)
+        row("torch.compile time / ours, worst shape" + (f" ({worst['shape']} {worst['dtype']})" if worst else ""),
+            _ratio(worst, "torch.compile (ms)") if worst else None, 1.0)
+    return rows
+
+
+def summarize(entries: list[dict], title: str) -> str:
+    failed = [e for e in entries if "error" in e]
+    entries = sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"]))
+    devices = sorted({str(e.get("device")) for e in entries})
+    lines = [f"# {title}", "",
+             f"- device: {', '.join(devices)} (every number below is from runs on it)",
+             "- each row: `tileloop run <target>` with default settings, then `tileloop report --measure` (best version against "
+             "PyTorch eager and torch.compile, in one worker, same inputs)",
+             "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'largest' columns: "
+             "the benchmark shape that moves the most bytes",
+             "- fraction: of the same-run `clone` bandwidth (memory-bound ops), or of torch.matmul's FLOP rate (matmul, "
+             "where torch eager is torch.matmul)", ""]
+    rows = []
+    for e in entries:
+        fl = e.get("final_largest") or {}
+        shape = e.get("largest_shape") or {}
+        if e["op"] == "matmul" and fl:
+            frac = f"{_ratio(fl, 'torch eager (ms)'):.2f} of torch.matmul"
+        elif _compute_bound(e):
+            frac = "n/a (compute-bound)"
+        else:
+            frac = fl.get("best, fraction of clone bandwidth") or _f((e.get("largest_best") or {}).get("frac_clone_bw"), "{:.2f}")
+        vs_compile = [_ratio(r, "torch.compile (ms)") for r in e.get("final") or []]
+        rows.append({
+            "op": e["op"], "impl": f"{e['language']}/{e['target_backend']}",
+            "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "speedup": _f(e["speedup"], "{:.2f}x"),
+            "largest shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
+            "final ms (largest)": fl.get("best (ms)", _f((e.get("largest_best") or {}).get("median_ms"))),
+            "fraction (largest)": frac,
+            "torch eager ms": fl.get("torch eager (ms)", ""), "torch.compile ms": fl.get("torch.compile (ms)", ""),
+            "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else "not measured",
+            "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c)"
+                           + (" cut off" if e.get("cut_off") else "") + (" resumed" if e.get("resumed") else ""),
+            "median s/iter": _f(e.get("median_iteration_wall_s"), "{:.1f}"),
+            "stop": (e.get("stop") or {}).get("reason", "")[:70],
+        })
+    lines += [markdown_table(rows), ""]
+    lines += [f"- not measured: {e.get('target') or e['run']}: {e['error']}" for e in failed]
+    lines += ["", "## Targets", "",
+              f"Memory-bound ops: >= {CLONE_TARGET:.2f} of the same-run clone bandwidth at the largest benchmark shape. "
+              f"bf16 matmul {MATMUL_TARGET_SHAPE}: >= {MATMUL_TARGET['triton']:.2f} (Triton) / "
+              f"{MATMUL_TARGET['cutile']:.2f} (cuTile) of torch.matmul's speed. Every op: at least torch.compile's "
+              "speed at every benchmark shape. 'measured': the final measurement (`tileloop report --measure`); "
+              "'loop's measurement': the run's own timing of the same version (a target counts as met only when both "
+              "clear it).", "", markdown_table(target_rows(entries)) if entries else "", ""]
+    lines += ["## Recipes kept", ""]
+    for e in entries:
+        lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
+    tileir = next((e["availability"]["tileir"] for e in entries if "tileir" in e.get("availability", {})), None)
+    tileir_cell = ("measured in the runs: see their perf_results" if tileir and tileir.get("available")
+                   else f"unavailable: {(tileir or {}).get('reason') or 'not probed'}")
+    lines += ["", "## Triton (PTX backend) against cuTile (Tile IR), final versions, largest shape", "",
+              f"Triton through the Tile IR backend of nvtriton (`ENABLE_TILE=1`): {tileir_cell}. No number below is a "
+              "Triton-on-Tile-IR number.", ""]
+    by_op: dict[str, dict] = {}
+    for e in entries:
+        by_op.setdefault(e["op"], {})[e["language"]] = e
+    cmp_rows = []
+    for op, d in sorted(by_op.items()):
+        t, c = d.get("triton"), d.get("cutile")
+        tl = (t or {}).get("final_largest") or {}
+        cl = (c or {}).get("final_largest") or {}
+        tm = tl.get("best (ms)") or _f(((t or {}).get("largest_best") or {}).get("median_ms"))
+        cm = cl.get("best (ms)") or _f(((c or {}).get("largest_best") or {}).get("median_ms"))
+        shape = ((t or c or {}).get("largest_shape") or {})
+        cmp_rows.append({"op": op, "shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
+                         "Triton ms (backend)": f"{tm} ({t['target_backend']})" if tm else "not run",
+                         "cuTile ms (backend)": f"{cm} ({c['target_backend']})" if cm else "not run",
+                         "Triton/TileIR (nvtriton)": tileir_cell,
+                         "cuTile / Triton time": f"{float(cm) / float(tm):.2f}" if tm and cm else ""})
+    lines += [markdown_table(cmp_rows), ""]
+    return "\n".join(lines)
+
+
+def load_entries(paths: list[Path]) -> list[dict]:
+    out = []
+    for p in paths:
+        files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+        for f in files:
+            d = json.loads(f.read_text())
+            if d.get("schema") == ENTRY_SCHEMA:
+                out.append(d)
+    if not out:
+        raise UserError(f"no suite entries ({ENTRY_SCHEMA}) in {', '.join(map(str, paths))}")
+    return out
