@@ -15,8 +15,6 @@ import pytest
 from loop.cli import main
 from loop.target.contract import spec_dtypes as contract_spec_dtypes
 
-pytestmark = pytest.mark.slow
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARCHS = ["sm_90", "sm_100"]
 
@@ -28,6 +26,8 @@ def _targets() -> list[str]:
 
 
 TARGETS = _targets()
+# the fast tier builds one kernel per language; the slow tier builds every other one
+TIERED = [pytest.param(t, marks=() if "vector_add" in t else pytest.mark.slow) for t in TARGETS]
 
 
 def spec_dtypes(spec: Path) -> list[str]:
@@ -47,7 +47,7 @@ def test_the_glob_finds_both_languages():
     assert any(t.endswith("_cutile.py") for t in TARGETS)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", TIERED)
 def test_every_included_target_compiles_for_hopper_and_blackwell(target, env, capsys):
     env.chdir(REPO_ROOT)
     rc, out = compile_json(capsys, target, "--arch", ",".join(ARCHS))
@@ -147,6 +147,7 @@ def write_op(tmp_path: Path, name: str, source: str) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_the_tmp_triton_kernel_compiles_when_it_is_not_broken(tmp_path, env, capsys):
     """The negative test below differs from this one in the arange only."""
     target = write_op(tmp_path, "double_triton.py", TRITON_TARGET.replace("{ARANGE}", "BLOCK"))
@@ -167,6 +168,7 @@ def parallel(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("archs", [["sm_90", "sm_100"], ["sm_100", "sm_90"]], ids=["sm_90-first", "sm_100-first"])
 def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys, archs, parallel):
     target = write_op(tmp_path, "double_triton.py", TRITON_TARGET.replace("{ARANGE}", "100"))  # not a power of 2
@@ -181,6 +183,7 @@ def test_triton_compile_error_is_typed_and_names_the_arch(tmp_path, env, capsys,
     assert all(r["ok"] is False and "power of 2" in r["error"] for r in rows)
 
 
+@pytest.mark.slow
 def test_parallel_compile_gate_reports_what_one_worker_reports(tmp_path, env, capsys, monkeypatch):
     import loop.measure.compile_gate
 
@@ -215,6 +218,7 @@ def test_spec_dtypes_reads_a_literal_list_only(tmp_path):
         assert contract_spec_dtypes(spec) is None, text  # the worker reads such a spec itself
 
 
+@pytest.mark.slow
 def test_triton_run_that_launches_nothing_fails(tmp_path, env, capsys):
     source = TRITON_TARGET.replace("{ARANGE}", "BLOCK").replace(
         "    double_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK, num_warps=4)\n", "    out.copy_(x * 2)\n")
@@ -224,6 +228,7 @@ def test_triton_run_that_launches_nothing_fails(tmp_path, env, capsys):
     assert "launched no kernel" in out["message"] and out["message"].startswith("sm_90")
 
 
+@pytest.mark.slow
 def test_the_tmp_cutile_kernel_compiles_when_it_is_not_broken(tmp_path, env, capsys):
     target = write_op(tmp_path, "double_cutile.py", CUTILE_TARGET.replace("{TILE}", "128"))
     rc, out = compile_json(capsys, str(target), "--arch", "sm_100")
@@ -238,6 +243,7 @@ def _broken_cutile(tmp_path, capsys):
     return compile_json(capsys, str(target), "--arch", "sm_90,sm_100")
 
 
+@pytest.mark.slow
 def test_cutile_compile_error_fails_and_names_the_arch(tmp_path, env, capsys):
     rc, out = _broken_cutile(tmp_path, capsys)
     assert rc == 1
@@ -250,6 +256,7 @@ def test_cutile_compile_error_fails_and_names_the_arch(tmp_path, env, capsys):
     assert all(r["ok"] is False for r in rows)
 
 
+@pytest.mark.slow
 def test_cutile_compile_error_is_typed_compile_error(tmp_path, env, capsys):
     rc, out = _broken_cutile(tmp_path, capsys)
     assert rc == 1

@@ -11,6 +11,7 @@ from loop.cli import main
 from loop.records.results import Record
 
 
+@pytest.mark.slow  # whole runs under the Triton interpreter
 def test_suite_run_then_summarize(kernel_repo, capsys):
     target = "kernels/vector_add/vector_add_triton.py"
     assert main(["suite", "run", target, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90",
@@ -87,6 +88,7 @@ def two_op_repo(root, env) -> None:
         env.setenv(name, value)
 
 
+@pytest.mark.slow  # whole runs under the Triton interpreter
 def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, capsys):
     """--gpus: targets spread over the devices, each in its own worktree; entries and branches as for one."""
     from tests.conftest import git
@@ -108,6 +110,7 @@ def test_suite_on_several_gpus_uses_one_worktree_per_gpu(tmp_path, clean_env, ca
     assert "distinct device ids" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # whole runs under the Triton interpreter
 def test_resume_with_fewer_gpus_goes_on_where_the_runs_live(tmp_path, clean_env, capsys):
     """A suite run on GPUs 0 and 1, then `--resume` with GPU 0 alone and with no --gpus: the run in
     gpu1's worktree is found there; nothing starts anew and no branch is forgotten (an earlier

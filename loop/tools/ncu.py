@@ -1,6 +1,6 @@
 """Nsight Compute (`ncu`) as a tool: the metric set, the command line, its CSV and its errors.
 
-Pure functions over text and argument lists; running ncu is `loop.profile`'s business.
+Pure functions over text and argument lists; running ncu is `loop.tools.profile`'s business.
 
 The command profiles the worker (`python -m loop.worker --job ...` in profile mode) with
 `--profile-from-start off`: the worker checks the kernel once (which also compiles and
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 # The metric set: small (a few replay passes per launch), and each one is read by the
-# classification in `loop.profile` or explains its verdict. Names valid from Volta to Hopper;
+# classification in `loop.tools.profile` or explains its verdict. Names valid from Volta to Hopper;
 # the tensor-pipe metric is the generic one (HMMA and Hopper's GMMA alike).
 METRICS: dict[str, str] = {
     "gpu__time_duration.sum": "duration",

@@ -1,7 +1,7 @@
 """`tileloop profile`: one shape and dtype of a target under Nsight Compute, and its bottleneck.
 
 The kernel runs in the loop's own worker (`python -m loop.worker`, profile mode: a correctness
-check, then the profiled calls) started by ncu (`loop.ncu` builds that command line). The
+check, then the profiled calls) started by ncu (`loop.tools.ncu` builds that command line). The
 metrics of the target's kernels give a bottleneck class (`classify`, a pure function):
 
 - `memory-bound`: memory throughput (the busiest of DRAM, L2, L1) is at least BUSY_PCT of peak
