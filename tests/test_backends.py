@@ -621,3 +621,20 @@ def test_doctor_cli_on_this_machine(capsys, monkeypatch):
             assert out["backends"][name] == {"available": False, "reason": probe["cuda_reason"]}
         assert out["recommendation"].startswith("no GPU")
     assert out["backends"]["interpreter"]["available"] is bool(probe["triton_version"])
+    # the interpreter ran a loop to a runtime bound here (numpy < 2.4 is a runtime dependency)
+    assert out["checks"][0]["name"].startswith("Triton interpreter") and out["checks"][0]["ok"] is True, out["checks"]
+
+
+def test_doctor_names_the_known_bad_triton_numpy_pair_and_its_fix():
+    from loop.tools import doctor
+
+    bad = {**HOPPER, "triton_version": "3.6.0", "numpy_version": "2.4.1"}
+    (check,) = doctor.known_bad(bad)
+    assert check["ok"] is False and check["fix"] == "pip install 'numpy<2.4'" and "numpy 2.4.1" in check["name"]
+    assert doctor.known_bad({**bad, "numpy_version": "2.3.5"}) == []
+    assert doctor.known_bad({**bad, "triton_version": "3.7.0"}) == []  # the pair is Triton 3.6's
+    rep = doctor.report(bad, {"ok": False, "error": "InterpreterError: TypeError('only 0-dimensional arrays')"})
+    assert [c["ok"] for c in rep["checks"]] == [False, False]
+    assert rep["checks"][0]["fix"] == "pip install 'numpy<2.4'"
+    assert rep["recommendation"].startswith("fix first:") and "numpy<2.4" in rep["recommendation"]
+    assert "FAILED: Triton interpreter" in doctor.render(rep)

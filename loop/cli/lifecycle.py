@@ -10,7 +10,7 @@ from loop import decide
 from loop.cli.common import (common, duration, emit, finish_run, positive_int, arch_list, policy_of, record_summary,
                              status_payload)
 from loop.measure import external, probe
-from loop.run.demo import make_demo_repository
+from loop.run.demo import demo_ops, make_demo_repository
 from loop.run.experiment import open_run
 from loop.run.init import init_run
 
@@ -78,7 +78,7 @@ def add_resume(sub) -> None:
 
 def add_demo(sub) -> None:
     sp = sub.add_parser("demo", help="copy an included kernel into a fresh git repository and run the loop there")
-    sp.add_argument("--op", choices=["vector_add", "softmax"], default="vector_add", help="which included kernel")
+    sp.add_argument("--op", choices=demo_ops(), default="vector_add", help="which included Triton kernel")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu runs under the Triton interpreter")
     sp.add_argument("--max-iters", type=positive_int, default=3, help="experiments after the baseline (default 3)")
     sp.add_argument("--dir", type=Path, help="where to make the demo repository (default: a new temporary folder)")

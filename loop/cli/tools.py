@@ -78,7 +78,7 @@ def add_decision_check(sub) -> None:
 
 
 def cmd_doctor(args, settings) -> int:
-    rep = doctor.report(probe.probe_environment(Path(tempfile.gettempdir()), settings))
+    rep = doctor.report(probe.probe_environment(Path(tempfile.gettempdir()), settings), doctor.interpreter_check(settings))
     emit(args, rep, doctor.render(rep))
     return 0
 

@@ -13,6 +13,11 @@ from loop.common.files import SOURCE_ROOT
 from loop.records import gitops
 
 
+def demo_ops() -> list[str]:
+    """The included kernels with a Triton target (the demo runs it under the interpreter without a GPU)."""
+    return sorted(p.parent.name for p in (SOURCE_ROOT / "kernels").glob("*/*_triton.py"))
+
+
 def make_demo_repository(op: str, where: Path | None) -> Path:
     """A new git repository (in `where`, or a new temporary folder) holding kernels/<op>/, committed."""
     source = SOURCE_ROOT / "kernels" / op

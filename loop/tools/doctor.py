@@ -1,11 +1,53 @@
-"""`tileloop doctor`: what this machine can run, per backend, and what to do about it."""
+"""`tileloop doctor`: what this machine can run, per backend, which known-bad combinations of
+packages it has, and what to do about it."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from loop import backends as backend_registry
+from loop.common.settings import Settings
+from loop.measure.launch import run_worker
+
+# (package, version prefix, other package, its bad versions from, what breaks, the fix)
+KNOWN_BAD = (
+    ("triton", "3.6", "numpy", (2, 4), "the Triton interpreter (--device cpu) fails on every loop to a runtime bound "
+     "(TypeError: only 0-dimensional arrays can be converted to Python scalars)", "pip install 'numpy<2.4'"),
+)
 
 
-def report(probe: dict) -> dict:
+def _release(version: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in (version or "").split("+")[0].split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def known_bad(probe: dict) -> list[dict]:
+    """The known-bad pairs of packages this machine has, each with what breaks and the fix."""
+    out = []
+    for pkg, prefix, other, bad_from, what, fix in KNOWN_BAD:
+        have, theirs = probe.get(f"{pkg}_version"), probe.get(f"{other}_version")
+        if have and theirs and (have == prefix or have.startswith(prefix + ".")) and _release(theirs) >= bad_from:
+            out.append({"name": f"{pkg} {have} with {other} {theirs}", "ok": False, "detail": what, "fix": fix})
+    return out
+
+
+def interpreter_check(settings: Settings) -> dict:
+    """A small kernel with a loop to a runtime bound, run under the Triton interpreter in a worker."""
+    with tempfile.TemporaryDirectory(prefix="tileloop-doctor-") as tmp:
+        raw = run_worker(Path(tmp), {"mode": "interpreter-check"}, backend_registry.get("interpreter"), settings,
+                         Path(tmp) / "triton-cache", timeout_s=300, name="interpreter-check")
+    if raw.get("status") != "ok":
+        return {"ok": False, "error": f"{raw.get('status')}: {raw.get('message')}"[:300]}
+    return raw["interpreter"]
+
+
+def report(probe: dict, interpreter: dict | None = None) -> dict:
     avail = {}
     for name, b in backend_registry.BACKENDS.items():
         device = b.device
@@ -14,11 +56,20 @@ def report(probe: dict) -> dict:
         else:
             a = backend_registry.availability(b, probe, device)
         avail[name] = a.to_json()
-    return {"probe": probe, "backends": avail, "recommendation": recommend(probe, avail)}
+    checks = known_bad(probe)
+    if interpreter is not None:
+        bad = next((c for c in checks if "numpy" in c["name"]), None)
+        checks.insert(0, {"name": "Triton interpreter (a loop to a runtime bound)", "ok": interpreter["ok"],
+                          "detail": interpreter.get("error") or "runs", "fix": None if interpreter["ok"] else
+                          (bad["fix"] if bad else "see the error; tileloop is tested with triton 3.6 and numpy < 2.4")})
+    return {"probe": probe, "backends": avail, "checks": checks, "recommendation": recommend(probe, avail, checks)}
 
 
-def recommend(probe: dict, avail: dict) -> str:
+def recommend(probe: dict, avail: dict, checks: list[dict] = ()) -> str:
     cap = probe.get("capability") or [0, 0]
+    failed = [c for c in checks if not c["ok"]]
+    if failed:
+        return f"fix first: {failed[0]['name']}: {failed[0]['fix']}"
     if not probe.get("cuda_available"):
         tail = "; cuTile and Triton still compile ahead of time here (tileloop compile)" if probe.get("tileiras") else ""
         return f"no GPU: run the loop with --device cpu (Triton interpreter, interpreter timings){tail}"
@@ -51,6 +102,7 @@ def render(rep: dict) -> str:
         f"tileiras:       {p.get('tileiras') or 'not found'}" + (f" ({p['tileiras_version']})" if p.get("tileiras_version") else ""),
         f"tileiras archs: {', '.join(p.get('tileiras_archs') or []) or 'n/a'}",
         f"ncu:            {p.get('ncu') or 'not found'}" + (f" ({p['ncu_version']})" if p.get("ncu_version") else ""),
+        f"numpy:          {p.get('numpy_version') or 'n/a'}",
         f"tile env:       {p.get('tile_env') or '{}'}",
         "",
         "| backend | available | reason |",
@@ -58,5 +110,7 @@ def render(rep: dict) -> str:
     ]
     for name, a in rep["backends"].items():
         lines.append(f"| {name} | {'yes' if a['available'] else 'no'} | {a['reason']} |")
+    for c in rep.get("checks", []):
+        lines.append(f"{'ok' if c['ok'] else 'FAILED'}: {c['name']}: {c['detail']}" + (f" (fix: {c['fix']})" if c.get("fix") else ""))
     lines += ["", f"recommendation: {rep['recommendation']}"]
     return "\n".join(lines)

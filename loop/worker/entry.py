@@ -12,7 +12,7 @@ from pathlib import Path
 from loop.common.files import atomic_write_text
 from loop.common.jobs import RESULT_SCHEMA
 from loop.worker.decision_job import BadInput, worker_job
-from loop.worker.environment import health, probe
+from loop.worker.environment import health, interpreter_check, probe
 from loop.worker.failures import ImplFailure, SpecError, short_traceback
 from loop.worker.jobs import compile_job, profile_job, run_job
 
@@ -22,6 +22,7 @@ JOBS = {
     "compile": (compile_job, ()),
     "profile": (profile_job, ()),
     "decision-check": (worker_job, ((BadInput, "bad_input"),)),
+    "interpreter-check": (interpreter_check, ()),
 }
 
 

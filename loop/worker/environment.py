@@ -8,8 +8,27 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+from loop.worker.failures import load_module
+
+# A kernel that loops to a runtime bound: the construct the Triton 3.6 interpreter fails on under
+# numpy >= 2.4 ("only 0-dimensional arrays can be converted to Python scalars").
+INTERPRETER_PROBE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr, tl.sum(acc, axis=0))
+"""
 
 
 def _version(module: str) -> str | None:
@@ -27,6 +46,7 @@ def probe() -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch_version": None, "triton_version": None, "cutile_version": _version("cuda-tile"),
+        "numpy_version": _version("numpy"),
         "cuda_available": False, "cuda_reason": None, "gpu": None, "capability": None,
         "driver": None, "cuda_runtime": None, "sm_count": None, "l2_mb": None,
         "clocks": None, "nvtriton": False,
@@ -128,3 +148,22 @@ def _tileiras_facts() -> dict:
         except (OSError, subprocess.TimeoutExpired):
             pass
     return facts
+
+
+def interpreter_check(job: dict) -> dict:
+    """Run a small kernel with a loop to a runtime bound under the Triton interpreter (the worker runs
+    with TRITON_INTERPRET=1) and check its sum: whether `--device cpu` can work on this machine."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="tileloop-interpreter-") as tmp:
+        path = Path(tmp) / "tileloop_interpreter_probe.py"
+        path.write_text(INTERPRETER_PROBE)
+        try:
+            module = load_module("tileloop_interpreter_probe", path)
+            x, out = torch.arange(1, 101, dtype=torch.float32), torch.zeros(1, dtype=torch.float32)
+            module.row_sum[(1,)](x, out, 100, BLOCK=32)
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            return {"status": "ok", "interpreter": {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}}
+    total = float(out.item())
+    return {"status": "ok", "interpreter": {"ok": total == 5050.0, "error": None if total == 5050.0 else
+                                            f"a loop to a runtime bound summed to {total}, not 5050"}}
