@@ -231,10 +231,88 @@ def test_no_gpu_without_device_cpu(kernel_repo, capsys):
 ])
 def test_unknown_option_values(kernel_repo, capsys, no_probe, argv, option):
     before = snapshot(kernel_repo)
-    with pytest.raises(SystemExit) as exc_info:
-        cli.main(argv)
-    assert exc_info.value.code == 2
+    code = cli.main(argv)  # argparse's errors follow the one error contract: a return code, no SystemExit
+    assert code == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert option in err and "error:" in err
     assert_untouched(kernel_repo, before)
+
+
+# ----------------------------------------------------------------------------- one error contract, every command
+
+BAD_INPUT = {  # per command: an invocation that must be refused before anything runs
+    "init": ["init", "kernels/vector_add/nothing_triton.py", "--device", "cpu"],
+    "step": ["step", "-m", "a change"],  # no run yet
+    "run": ["run", "kernels/vector_add/nothing_triton.py", "--device", "cpu"],
+    "resume": ["resume"],
+    "doctor": ["doctor", "--verbose"],
+    "compile": ["compile", "kernels/vector_add/nothing_triton.py"],
+    "profile": ["profile", "kernels/vector_add/nothing_triton.py"],
+    "compare": ["compare", "kernels/nothing"],
+    "demo": ["demo", "--op", "nothing"],
+    "report": ["report"],
+    "experience": ["experience", "recommend"],
+    "playbook": ["playbook", "show", "no-such-recipe"],
+    "suite": ["suite", "summarize", "sandbox/nothing"],
+    "decision-check": ["decision-check", "kernels/vector_add/nothing_triton.py", "--device", "cpu"],
+    "status": ["status"],
+    "history": ["history"],
+    "results": ["results"],
+}
+
+
+def test_bad_input_covers_every_command():
+    assert set(BAD_INPUT) == set(cli.COMMANDS) == set(cli.ORDER)
+
+
+def assert_json_error(capsys, argv: list[str], code: int = 2) -> dict:
+    """main(argv + --json): the exit code, exactly one JSON object on stdout (error and hint) and one
+    `error:` line on stderr, no traceback anywhere."""
+    rc = cli.main(argv + ["--json"])
+    out, err = capsys.readouterr()
+    assert rc == code, (argv, rc, out, err)
+    payload = json.loads(out)  # one object: json.loads refuses anything after it
+    assert payload["schema"] == cli.CLI_SCHEMA and payload["error"] and payload["hint"], payload
+    assert err.splitlines()[-1].startswith("error: ") and payload["error"] in err.splitlines()[-1], err
+    assert all(line.startswith("[tileloop ") for line in err.splitlines()[:-1]), err
+    assert "Traceback" not in out + err
+    return payload
+
+
+@pytest.mark.parametrize("command", list(BAD_INPUT))
+def test_every_command_refuses_bad_input_in_one_line_and_one_json_object(kernel_repo, capsys, no_probe, command):
+    before = snapshot(kernel_repo)
+    payload = assert_json_error(capsys, BAD_INPUT[command])
+    assert payload["command"] == command
+    assert_untouched(kernel_repo, before)
+
+
+@pytest.mark.parametrize("command", list(BAD_INPUT))
+def test_every_command_names_an_unknown_option(kernel_repo, capsys, no_probe, command):
+    payload = assert_json_error(capsys, [command, "--no-such-flag"])
+    assert "--no-such-flag" in payload["error"] and payload["hint"] == f"tileloop {command} --help"
+
+
+def test_an_unknown_option_is_named_before_a_missing_argument(kernel_repo, capsys, no_probe):
+    payload = assert_json_error(capsys, ["step", "--optimisation", "x"])
+    assert "--optimisation" in payload["error"] and "did you mean --optimization" in payload["error"]
+    assert cli.main(["run", TARGET, "--device", "cpu", "--max-iter", "0"]) == 2  # an abbreviation still works
+    assert "--max-iters" in capsys.readouterr().err
+
+
+def test_an_unknown_command_is_one_line(capsys):
+    assert cli.main(["no-such-command"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "invalid choice" in err and "Traceback" not in err
+
+
+def test_a_failure_of_tileloop_itself_is_one_line_with_its_traceback_in_a_log(kernel_repo, capsys, monkeypatch):
+    def broken(args, settings):
+        raise RuntimeError("an internal failure\nwith a second line")
+
+    monkeypatch.setitem(cli.COMMANDS, "status", broken)
+    payload = assert_json_error(capsys, ["status"], code=1)
+    assert payload["error"] == "RuntimeError: an internal failure"
+    log = Path(payload["log"])
+    assert str(log) in payload["hint"] and "Traceback" in log.read_text() and "with a second line" in log.read_text()

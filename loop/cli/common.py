@@ -4,10 +4,16 @@ command prints (schema `tileloop.cli/1`), and the summaries of a record and of a
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
+import tempfile
+import traceback
+from pathlib import Path
 
 from loop import decide
+from loop.records import gitops
+from loop.run import state as st
 from loop.records.results import Record
 from loop.records.perf_table import Row
 from playbook.hazards import scan
@@ -106,3 +112,18 @@ def finish_run(args, exp, stop) -> int:
     emit(args, {**status_payload(exp), "stop": stop.to_json(), "records": [record_summary(r) for r in recs]},
          exp.perf_path.read_text() + f"\nstopped: {stop.state}: {stop.reason}")
     return 0
+
+
+def write_traceback(exc: BaseException, args) -> Path:
+    """The traceback of a failure, appended to the current run's errors.log (sandbox/<run>/), or, outside
+    a run, to a file of its own in the temporary folder; returns the file."""
+    try:
+        root = gitops.find_root(Path.cwd())
+        path = st.run_dir(root, st.current(root, getattr(args, "run", None))) / "errors.log"
+    except Exception:  # noqa: BLE001 - no run to hold the log: any failure here means there is none
+        path = Path(tempfile.gettempdir()) / "tileloop-errors" / f"{dt.datetime.now():%Y%m%d-%H%M%S-%f}-{args.command}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(f"[{dt.datetime.now().isoformat(timespec='seconds')}] tileloop {args.command}\n")
+        fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + "\n")
+    return path

@@ -202,10 +202,15 @@ def summarize(entries: list[dict], title: str) -> str:
 def load_entries(paths: list[Path]) -> list[dict]:
     out = []
     for p in paths:
+        if not p.exists():
+            raise UserError(f"{p} does not exist", hint="give suite output folders (sandbox/suite) or their entry files")
         files = sorted(p.glob("*.json")) if p.is_dir() else [p]
         for f in files:
-            d = json.loads(f.read_text())
-            if d.get("schema") == ENTRY_SCHEMA:
+            try:
+                d = json.loads(f.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise UserError(f"{f} is not a JSON suite entry") from None
+            if isinstance(d, dict) and d.get("schema") == ENTRY_SCHEMA:
                 out.append(d)
     if not out:
         raise UserError(f"no suite entries ({ENTRY_SCHEMA}) in {', '.join(map(str, paths))}")
