@@ -69,8 +69,8 @@ def test_scripted_agent_session(small_repo, capsys):
     # an edit outside the target is refused before it runs; the tree is restored, the edit saved
     spec = small_repo / "kernels" / "vector_add" / "spec.py"
     spec.write_text(spec.read_text().replace("(1e-6, 1e-6)", "(10.0, 10.0)"))
-    (small_repo / "helper.py").write_text("x = 1\n")
-    target.write_text(best.replace("NUM_WARPS = 1", "NUM_WARPS = 2"))
+    (small_repo / "helper.py").write_text("x = 1\n")  # a new file the target imports: refused with the spec edit
+    target.write_text(best.replace("NUM_WARPS = 1", "NUM_WARPS = 2").replace("import triton\n", "import triton\nimport helper\n", 1))
     head = git(small_repo, "rev-parse", "HEAD")
     code, out = call(capsys, ["step", "-m", "loosen the spec"])
     assert code == 2 and "refused" in out["error"] and "spec.py" in out["error"]
@@ -79,6 +79,7 @@ def test_scripted_agent_session(small_repo, capsys):
     saved = list((small_repo / "sandbox").glob("*/refused/*"))
     assert len(saved) == 1 and (saved[0] / "tracked.patch").exists() and (saved[0] / "untracked" / "helper.py").exists()
     assert "NUM_WARPS = 2" in target.read_text()  # the target edit itself is kept for the agent to step
+    assert "import helper" in target.read_text()
     target.write_text(best)
 
     # a git config change is refused and restored as well

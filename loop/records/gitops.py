@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from loop.common.errors import IntegrityError, UserError
+from loop.common.errors import UserError
 
 TRAILER_PREFIX = "Tileloop-"
 FALLBACK_IDENTITY = {
@@ -94,15 +94,6 @@ def integrity_violations(root: Path, target: str, allowed_untracked: set[str]) -
     others = [p for p in status.modified_tracked if p != target]
     new = [p for p in status.untracked if p not in allowed_untracked]
     return others, new
-
-
-def check_integrity(root: Path, target: str, allowed_untracked: set[str]) -> None:
-    """Only the target may differ from HEAD; no new untracked files may appear."""
-    others, new = integrity_violations(root, target, allowed_untracked)
-    if others or new:
-        listed = ", ".join((others + new)[:8])
-        raise IntegrityError(f"the change touches files other than the target {target}: {listed}",
-                             hint="an iteration may change the target file only; revert the other files")
 
 
 def set_aside(root: Path, tracked: list[str], untracked: list[str], where: Path) -> None:

@@ -6,7 +6,7 @@
     Baseline (baseline.py)       iteration 0
     Iteration (iteration.py)     integrity -> commit -> measure -> decide -> record
     Unattended (unattended.py)   the playbook loop of `tileloop run`, and the next suggestions
-    Resume (resume.py)           an interrupted iteration finished or recorded exactly once
+    Resume (resume.py)           an interrupted iteration finished or recorded exactly once (integrity as an iteration)
 
 `loop.run.init.init_run` makes a new one (branch and baseline); `open_run` opens an existing one.
 """

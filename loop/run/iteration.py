@@ -17,14 +17,17 @@ from loop.records.results import BackendResult, Record
 from loop.run.core import now, with_changes
 from loop.run.measuring import Measuring
 from loop.run.recording import Recording
+from loop.target.contract import imported_files
 
 
 class Iteration(Measuring, Recording):
     def check_integrity(self) -> None:
-        """Only the target may change. Anything else is refused before it runs, set aside under
-        sandbox/<run>/refused/<time>/ (a patch, copies of new files) and restored; a changed
-        .git/config is restored from the run's snapshot."""
-        others, new = gitops.integrity_violations(self.root, self.state.target, set(self.state.untracked_at_start))
+        """Only the target may change. A changed tracked file, or a new file that the target (or the
+        spec) imports, is refused before it runs, set aside under sandbox/<run>/refused/<time>/ (a
+        patch, copies of the new files) and restored; a changed .git/config is restored from the run's
+        snapshot. Other new files (notes, an editor's swap file, `step --json > step.json`) are the
+        user's: left where they are, and named in the log."""
+        others, new = self.integrity_violations()
         snap = self.dir / "git-config.snapshot"
         git_config = gitops.config_path(self.root)
         config_changed = snap.exists() and git_config.read_bytes() != snap.read_bytes()
@@ -40,6 +43,14 @@ class Iteration(Measuring, Recording):
         raise IntegrityError(f"refused: the change touches files other than the target {self.state.target}: {listed}; "
                              f"they were restored, the refused change is saved in {where.relative_to(self.root)}",
                              hint="an iteration may change the target file only")
+
+    def integrity_violations(self) -> tuple[list[str], list[str]]:
+        """(changed tracked files other than the target, new files the target or spec imports)."""
+        others, new = gitops.integrity_violations(self.root, self.state.target, set(self.state.untracked_at_start))
+        imported = imported_files(self.root, self.state.target, self.state.spec or None, new)
+        if len(imported) < len(new):
+            self.log(f"left alone (new files the target does not import): {', '.join(p for p in new if p not in imported)[:300]}")
+        return others, imported
 
     def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
                  allow_unchanged: bool = False, rationale: str = "", expected: str = "",

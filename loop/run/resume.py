@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 
 from loop import decide
-from loop.common.errors import EnvironmentMismatch, UserError
+from loop.common.errors import EnvironmentMismatch, IntegrityError, UserError
 from loop.measure import external
 from loop.measure.evaluate import not_run
 from loop.records import gitops, history
 from loop.records.results import Record
 from loop.run import state as st
 from loop.run.core import now, with_changes
-from loop.run.recording import Recording
+from loop.run.iteration import Iteration
 
 
-class Resume(Recording):
+class Resume(Iteration):
     def repair(self) -> Record | None:
         """Finish or record an interrupted iteration exactly once; return its record if one was written."""
         inflight = self.state.inflight
@@ -48,7 +48,11 @@ class Resume(Recording):
                 self.state.inflight = None
                 self.save()
                 return None
-            gitops.check_integrity(self.root, self.state.target, set(self.state.untracked_at_start))
+            others, new = self.integrity_violations()
+            if others or new:
+                raise IntegrityError(f"the change touches files other than the target {self.state.target}: "
+                                     f"{', '.join((others + new)[:8])}",
+                                     hint="an iteration may change the target file only; revert the other files")
             pending = self._record(n, inflight.get("optimization") or inflight.get("key") or "interrupted change",
                                    inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", "FAIL", None, {}, None,
                                    {}, {}, None, target_path.read_text(), inflight.get("started", now()), 0.0)

@@ -166,3 +166,70 @@ def load_harness_target(target: str | Path, repo_root: Path) -> tuple[Path, str,
     except UnicodeDecodeError:
         raise UserError(f"target {rel} is not UTF-8 text") from None
     return rel, detect_language(tree) or "python", _op_name(path)
+
+
+IMPORTABLE = (".py", ".so", ".pyd")
+
+
+def imported_files(root: Path, target: str, spec: str | None, candidates: list[str]) -> list[str]:
+    """Which of `candidates` (files relative to `root`, e.g. the new untracked ones) the target or its
+    spec imports, directly or through other candidates. Module names resolve against the target's
+    folder (the worker's sys.path[0]) and the repository root (where an external harness runs);
+    `importlib.import_module("x")` and `__import__("x")` with a literal name count as imports."""
+    target_dir = (root / target).parent
+    by_module: dict[str, str] = {}
+    for rel in candidates:
+        if not rel.endswith(IMPORTABLE):
+            continue
+        for base in (target_dir, root):
+            try:
+                parts = list((root / rel).relative_to(base).parts)
+            except ValueError:
+                continue
+            parts[-1] = parts[-1].split(".")[0]
+            if parts[-1] == "__init__":
+                parts.pop()
+            if parts:
+                by_module.setdefault(".".join(parts), rel)
+    found: set[str] = set()
+    queue = [root / target] + ([root / spec] if spec else [])
+    while queue:
+        for name in _imported_names(queue.pop(), target_dir):
+            for module, rel in by_module.items():
+                if rel not in found and (name == module or name.startswith(module + ".") or module.startswith(name + ".")):
+                    found.add(rel)
+                    if rel.endswith(".py"):
+                        queue.append(root / rel)
+    return sorted(found)
+
+
+def _imported_names(path: Path, target_dir: Path) -> set[str]:
+    """Dotted module names a Python file imports (relative imports resolved against the target's folder)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return set()
+    try:
+        package = ".".join(path.parent.relative_to(target_dir).parts)
+    except ValueError:
+        package = ""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: max(0, len(package.split(".")) - (node.level - 1))] if package else []
+                base = ".".join([*up, *([base] if base else [])])
+            names.update(f"{base}.{alias.name}".strip(".") for alias in node.names)
+            if base:
+                names.add(base)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and _callee(node.func) in ("import_module", "__import__"):
+            names.add(node.args[0].value)
+    return names
+
+
+def _callee(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
