@@ -13,9 +13,9 @@ from pathlib import Path
 
 from loop import decide
 from loop.records import gitops
-from loop.run import state as st
-from loop.records.results import Record
 from loop.records.perf_table import Row
+from loop.records.results import Record
+from loop.run import state as st
 from playbook.hazards import scan
 
 CLI_SCHEMA = "tileloop.cli/1"

@@ -7,8 +7,17 @@ import sys
 from pathlib import Path
 
 from loop import decide
-from loop.cli.common import (common, duration, emit, finish_run, positive_int, arch_list, policy_of, record_summary,
-                             status_payload)
+from loop.cli.common import (
+    arch_list,
+    common,
+    duration,
+    emit,
+    finish_run,
+    policy_of,
+    positive_int,
+    record_summary,
+    status_payload,
+)
 from loop.measure import external, probe
 from loop.run.demo import demo_ops, make_demo_repository
 from loop.run.experiment import open_run
@@ -129,6 +138,7 @@ def cmd_run(args, settings) -> int:
 
 def cmd_resume(args, settings) -> int:
     exp = open_run(args.run, settings)
+    exp.end_leftover_workers()
     exp.check_environment(probe.probe_environment(exp.root, settings))
     repaired = exp.repair()
     if args.max_iters:

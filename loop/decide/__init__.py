@@ -6,8 +6,20 @@ check   decision-check's verdicts: each trial of a planted or A/A scenario decid
 The names below are the package's interface: `decide.Policy`, `decide.decide(...)`, ...
 """
 
-from loop.decide.rules import (CRASH_STATUSES, Action, Decision, Policy, Progress, ShapeComparison, StopState, combine,
-                               compare_shape, comparisons, decide, stop_state)
+from loop.decide.rules import (
+                               CRASH_STATUSES,
+                               Action,
+                               Decision,
+                               Policy,
+                               Progress,
+                               ShapeComparison,
+                               StopState,
+                               combine,
+                               compare_shape,
+                               comparisons,
+                               decide,
+                               stop_state,
+)
 
 __all__ = ["CRASH_STATUSES", "Action", "Decision", "Policy", "Progress", "ShapeComparison", "StopState", "combine",
            "compare_shape", "comparisons", "decide", "stop_state"]

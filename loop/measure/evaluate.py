@@ -12,11 +12,11 @@ from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure, UserError
-from loop.records.results import BackendResult
-from loop.measure.launch import run_worker
+from loop.common.jobs import seed_for
 from loop.common.settings import Settings
 from loop.common.stats import geomean
-from loop.common.jobs import seed_for
+from loop.measure.launch import run_worker
+from loop.records.results import BackendResult
 
 CPU_TIMING = {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}  # the interpreter: few, short rounds
 SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "peak_mem_mb", "gbps", "tflops", "frac_clone_bw",

@@ -32,13 +32,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-from loop.records import gitops
 from loop.common.errors import UserError
-from loop.records.results import BackendResult
 from loop.common.files import atomic_write_text
-from loop.measure.launch import kill_group
+from loop.common.processes import die_with_parent
 from loop.common.stats import geomean
-from loop.measure.bench_records import BenchRecord, ExternalHarnessError, difference, parse_junitxml, parse_printed, show, summary
+from loop.measure.bench_records import (
+    BenchRecord,
+    ExternalHarnessError,
+    difference,
+    parse_junitxml,
+    parse_printed,
+    show,
+    summary,
+)
+from loop.measure.launch import kill_group
+from loop.records import gitops
+from loop.records.results import BackendResult
 
 BACKEND = "harness"  # the one "backend" of an external run: whatever the bench command measures
 TIMING_LABEL = "harness"
@@ -130,7 +139,7 @@ def run_command(cmd: str, cwd: Path, log_path: Path, timeout_s: float, env: dict
     started = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -16,8 +16,8 @@ from typing import Sequence
 
 from loop.backends import Backend, tileiras_environment
 from loop.common.files import SOURCE_ROOT
+from loop.common.processes import PARENT_ENV, die_with_parent, record_pid
 from loop.common.settings import Settings
-
 
 
 def with_package_path(env: dict) -> dict:
@@ -35,6 +35,7 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
         if backend.language == "cutile":
             tileiras_environment(env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
+    env[PARENT_ENV] = str(os.getpid())
     with_package_path(env)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)
@@ -77,9 +78,12 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     started = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=die_with_parent)
         if procs is not None:
             procs.append(proc)
+        pid_file = workdir / f"{name}.pid"
+        record_pid(pid_file, proc.pid)  # for `tileloop resume`, should this process be killed and the worker not
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -92,6 +96,7 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
         finally:
             if proc.poll() is None:
                 kill_group(proc)
+            pid_file.unlink(missing_ok=True)
     wall = round(time.monotonic() - started, 3)
     if result_path.exists():
         result = json.loads(result_path.read_text())

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loop.records import gitops
-from loop.records.results import Record, fmt_ms
 from loop.records.perf_table import Row
+from loop.records.results import Record, fmt_ms
 
 
 def ref_prefix(run_id: str) -> str:

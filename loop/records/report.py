@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loop.records.results import Record
 from loop.records.perf_table import markdown_table
+from loop.records.results import Record
 from playbook.analysis import analyze
 from playbook.hazards import scan
 

@@ -19,8 +19,8 @@ from loop.common.files import atomic_write_text
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker
 from loop.records import gitops
-from loop.records.results import Record, read_records
 from loop.records.perf_table import Row, render_perf_results
+from loop.records.results import Record, read_records
 from loop.run import state as st
 from loop.run.progress import ProgressView, plain_log
 

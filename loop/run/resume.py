@@ -7,6 +7,7 @@ import json
 
 from loop import decide
 from loop.common.errors import EnvironmentMismatch, IntegrityError, UserError
+from loop.common.processes import end_leftovers
 from loop.measure import external
 from loop.measure.evaluate import not_run
 from loop.records import gitops, history
@@ -17,6 +18,13 @@ from loop.run.iteration import Iteration
 
 
 class Resume(Iteration):
+    def end_leftover_workers(self) -> None:
+        """A worker of this run still alive (its tileloop was killed before it could end it) holds the GPU
+        and would skew the next timing: end it before anything else runs."""
+        ended = end_leftovers(self.dir / "logs")
+        if ended:
+            self.log(f"ended {len(ended)} worker(s) of this run still alive: pid {', '.join(map(str, ended))}")
+
     def repair(self) -> Record | None:
         """Finish or record an interrupted iteration exactly once; return its record if one was written."""
         inflight = self.state.inflight

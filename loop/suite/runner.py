@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -31,10 +31,21 @@ from pathlib import Path
 
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
+from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
 from loop.suite.summary import ENTRY_SCHEMA, entry_from_run
-from loop.suite.worktrees import (WORKTREES, entry_of_finished, git_output, branch_of, existing_run, finished, forget_run,
-                                  holder_of, run_id_of, run_trees)
+from loop.suite.worktrees import (
+    WORKTREES,
+    branch_of,
+    entry_of_finished,
+    existing_run,
+    finished,
+    forget_run,
+    git_output,
+    holder_of,
+    run_id_of,
+    run_trees,
+)
 
 
 def _env() -> dict:
@@ -51,7 +62,7 @@ class _Children:
         self.lock = threading.Lock()
 
     def popen(self, *args, **kwargs) -> subprocess.Popen:
-        proc = subprocess.Popen(*args, start_new_session=True, **kwargs)
+        proc = subprocess.Popen(*args, start_new_session=True, preexec_fn=die_with_parent, **kwargs)
         with self.lock:
             self.live.add(proc)
         return proc

@@ -12,8 +12,8 @@ import statistics
 from pathlib import Path
 
 from loop.common.errors import UserError
-from loop.records.results import Record
 from loop.records.perf_table import markdown_table
+from loop.records.results import Record
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-
 WORKTREES = "suite-worktrees"  # under sandbox/: one git worktree per GPU when the suite runs on several
 
 

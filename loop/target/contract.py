@@ -28,7 +28,6 @@ from pathlib import Path
 from loop.common.errors import UserError
 from loop.common.language import Language, detect_language
 
-
 SPEC_REQUIRED = (
     "make_inputs",
     "reference",

@@ -11,13 +11,12 @@ import datetime as dt
 from pathlib import Path
 
 from loop import backends as backend_registry
+from loop.common.errors import HarnessFailure, UserError
 from loop.common.language import detect_language
-from loop.target.contract import load_kernel
-from loop.common.errors import UserError
-from loop.common.errors import HarnessFailure
-from loop.records.perf_table import markdown_table
-from loop.measure.launch import run_worker
 from loop.common.settings import Settings
+from loop.measure.launch import run_worker
+from loop.records.perf_table import markdown_table
+from loop.target.contract import load_kernel
 
 TORCH_PROVIDERS = ["torch_eager", "torch_compile"]
 

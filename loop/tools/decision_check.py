@@ -36,21 +36,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
+from loop import backends as backend_registry
 from loop import decide
+from loop.common.errors import HarnessFailure, UserError
 from loop.common.jobs import MAX_PROBES, VERIFY_ROUNDS
 from loop.common.jobs import shape_text as _key
 from loop.decide.check import SCENARIOS, metric, summarize, trial_rows
-from loop.records.perf_table import markdown_table
-from loop import backends as backend_registry
-from loop.records import gitops
-from loop.target.contract import load_kernel
-from loop.common.errors import UserError
-from loop.common.errors import HarnessFailure
-from loop.measure.evaluate import require_available
-from loop.run.progress import ProgressView, plain_log
 from loop.measure import probe as probing
-from loop.measure.evaluate import CPU_TIMING
+from loop.measure.evaluate import CPU_TIMING, require_available
 from loop.measure.launch import run_worker
+from loop.records import gitops
+from loop.records.perf_table import markdown_table
+from loop.run.progress import ProgressView, plain_log
+from loop.target.contract import load_kernel
 
 ENV_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version", "cutile_version")
 UNIT_S = {"cuda": 3.0, "cpu": 6.0}  # generous wall time of one measurement (one shape, one pair), for the timeout

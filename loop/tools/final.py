@@ -11,6 +11,7 @@ from loop.common.errors import HarnessFailure
 from loop.measure.launch import run_worker
 from loop.records import gitops
 
+
 def measure_final(exp, settings) -> dict:
     """Best version vs PyTorch eager and torch.compile, one worker on the target backend."""
     st = exp.state

@@ -38,18 +38,17 @@ from pathlib import Path
 from typing import Callable
 
 from loop import backends as backend_registry
+from loop.common.errors import HarnessFailure, UserError
+from loop.common.files import atomic_write_text
+from loop.common.settings import Settings
+from loop.measure import probe as probing
+from loop.measure.launch import run_worker, worker_command
 from loop.records import gitops
-from loop.tools import ncu
+from loop.records.results import read_records
 from loop.run import state as st
 from loop.target.contract import load_kernel, source_hash
-from loop.common.errors import UserError
-from loop.common.files import atomic_write_text
-from loop.records.results import read_records
-from loop.common.settings import Settings
+from loop.tools import ncu
 from playbook import analysis
-from loop.measure import probe as probing
-from loop.common.errors import HarnessFailure
-from loop.measure.launch import run_worker, worker_command
 from playbook.analysis import analyze
 
 PROFILE_SCHEMA = "tileloop.profile/1"

@@ -177,8 +177,13 @@ def _triton_compile(torch, load_target, call_run, cap: int) -> list[dict]:
 
 def _cutile_signature(torch, kernel, args):
     import cuda.tile as ct
-    from cuda.tile.compilation import (ArrayConstraint, CallingConvention, ConstantConstraint, KernelSignature,
-                                       ScalarConstraint)
+    from cuda.tile.compilation import (
+        ArrayConstraint,
+        CallingConvention,
+        ConstantConstraint,
+        KernelSignature,
+        ScalarConstraint,
+    )
 
     dtypes = {torch.float16: ct.float16, torch.bfloat16: ct.bfloat16, torch.float32: ct.float32,
               torch.float64: ct.float64, torch.int32: ct.int32, torch.int64: ct.int64, torch.int8: ct.int8,

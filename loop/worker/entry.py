@@ -11,6 +11,7 @@ from pathlib import Path
 
 from loop.common.files import atomic_write_text
 from loop.common.jobs import RESULT_SCHEMA
+from loop.common.processes import watch_parent
 from loop.worker.decision_job import BadInput, worker_job
 from loop.worker.environment import health, interpreter_check, probe
 from loop.worker.failures import ImplFailure, SpecError, short_traceback
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--health", action="store_true", help="a tiny GPU round trip: is the device usable?")
     args = ap.parse_args(argv)
+    watch_parent()  # a worker never outlives the tileloop that started it
     started = time.time()
     if args.health:
         atomic_write_text(args.result, json.dumps({"schema": RESULT_SCHEMA, **health()}))

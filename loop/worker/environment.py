@@ -128,7 +128,9 @@ def _tileiras_facts() -> dict:
     """Which tileiras cuda-tile would use, its version, and the architectures it accepts."""
     path = None
     try:
-        from cuda.tile._compile import _find_compiler_bin  # private, hence guarded: falls back to PATH
+        from cuda.tile._compile import (
+            _find_compiler_bin,  # private, hence guarded: falls back to PATH
+        )
 
         path = _find_compiler_bin().path
     except Exception:

@@ -26,8 +26,12 @@ from loop.common.jobs import seed_for
 from loop.worker.bench import bench_all
 from loop.worker.correctness import Harness
 from loop.worker.failures import SpecError, call_impl, classify, load_module
+from loop.worker.proof import (
+    backend_proof,
+    pin_autotune_to_first_config,
+    watch_cutile_compiles,
+)
 from loop.worker.tamper import check_tamper, timer_identities
-from loop.worker.proof import pin_autotune_to_first_config, watch_cutile_compiles, backend_proof
 
 
 def compile_job(job: dict) -> dict:
