@@ -18,10 +18,13 @@ from loop.cli.common import (
     record_summary,
     status_payload,
 )
+from loop.common.errors import UserError
 from loop.measure import external, probe
+from loop.records import gitops
 from loop.run.demo import demo_ops, make_demo_repository
 from loop.run.experiment import open_run
-from loop.run.init import init_run
+from loop.run.init import describe, in_progress, init_run
+from loop.target.contract import resolve_target
 
 
 def _start_options(sp) -> None:
@@ -132,25 +135,51 @@ def cmd_step(args, settings) -> int:
 
 
 def cmd_run(args, settings) -> int:
-    exp = _init(args, settings, mode="run")
-    return finish_run(args, exp, exp.run_loop())
+    live = None if args.branch else _run_in_progress(args)
+    if live is None:
+        exp = _init(args, settings, mode="run")
+        return finish_run(args, exp, exp.run_loop())
+    exp = open_run(live.run_id, settings)
+    exp.log(f"a run of {live.target} is in progress ({describe(live)}): continuing it unattended")
+    policy = policy_of(args)
+    exp.state.policy.update(max_iters=policy.max_iters, time_budget_s=policy.time_budget_s, early_stop=policy.early_stop)
+    exp.state.mode = "run"
+    return _go_on(args, exp, settings, unattended=True)
+
+
+def _run_in_progress(args):
+    """The run of `tileloop run`'s target still in progress, when it can be continued with these options."""
+    root = gitops.find_root(Path.cwd())
+    live = in_progress(root, str(resolve_target(args.target, root)[1]))
+    if live is None:
+        return None
+    asked = {"--device": (args.device, live.device), "--target-backend": (args.target_backend, live.target_backend),
+             "--test-cmd": (_harness(args) is not None, live.harness is not None)}
+    differ = [flag for flag, (mine, theirs) in asked.items() if mine is not None and mine != theirs]
+    if differ:
+        raise UserError(f"a run of {live.target} is in progress ({describe(live)}) with another {differ[0]}",
+                        hint=f"tileloop resume --run {live.run_id} continues it; pass --branch NAME to start another run")
+    return live
 
 
 def cmd_resume(args, settings) -> int:
     exp = open_run(args.run, settings)
+    if args.max_iters:
+        exp.state.policy["max_iters"] = args.max_iters
+    return _go_on(args, exp, settings, unattended=exp.state.mode == "run" and not args.no_continue)
+
+
+def _go_on(args, exp, settings, unattended: bool) -> int:
+    """Continue a run: end its leftover workers, refuse another machine, repair an interrupted
+    iteration exactly once, and, `unattended`, go on with the playbook."""
+    exp.policy = decide.Policy(**exp.state.policy)
     exp.end_leftover_workers()
     exp.check_environment(probe.probe_environment(exp.root, settings))
     repaired = exp.repair()
-    if args.max_iters:
-        exp.state.policy["max_iters"] = args.max_iters
-        exp.policy = decide.Policy(**exp.state.policy)
     exp.state.stopped = None
     exp.save()
     exp.render()  # perf_results.md from the records: a kill can land between a record and its rendering
-    if exp.state.mode == "run" and not args.no_continue:
-        stop = exp.run_loop()
-    else:
-        stop = exp.stop_state()
+    stop = exp.run_loop() if unattended else exp.stop_state()
     if repaired is not None:
         exp.log(f"repaired iteration {repaired.iteration}: {repaired.status}")
     return finish_run(args, exp, stop)

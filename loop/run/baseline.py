@@ -15,6 +15,36 @@ from loop.target.contract import source_hash
 
 
 class Baseline(Measuring, Recording):
+    def resume_baseline(self) -> Record:
+        """Iteration 0 interrupted (a kill during init): finished from its record if that was written,
+        else measured again from the base commit. A baseline commit without its record is dropped
+        and made again; the run branch is made if the kill came before it."""
+        done = [r for r in self.records() if r.iteration == 0]
+        if done:
+            rec = done[0]
+            self.state.best_commit, self.state.best_latency_ms = rec.commit, rec.latency_ms
+            self.state.last_iteration, self.state.inflight = 0, None
+            self.save()
+            self.render()
+            return rec
+        if not gitops.branch_exists(self.root, self.state.branch):
+            gitops.require_clean(self.root)
+            gitops.checkout(self.root, self.state.base_commit)
+            gitops.create_branch(self.root, self.state.branch)
+        elif gitops.current_branch(self.root) != self.state.branch:
+            raise UserError(f"the repository is on {gitops.current_branch(self.root)!r}, not the run's branch "
+                            f"{self.state.branch!r}", hint=f"git checkout {self.state.branch}")
+        tip = gitops.head_sha(self.root)
+        if tip != self.state.base_commit:
+            trailers = gitops.parse_trailers(gitops.commit_message(self.root, tip))
+            if (trailers.get("Tileloop-Run"), trailers.get("Tileloop-Iteration")) != (self.state.run_id, "0"):
+                raise UserError(f"branch tip {tip[:10]} is neither the run's base commit nor its baseline",
+                                hint="inspect the branch by hand; tileloop will not move commits it did not make")
+            gitops.reset_hard(self.root, self.state.base_commit)
+        if not (self.dir / "git-config.snapshot").exists():
+            (self.dir / "git-config.snapshot").write_bytes(gitops.config_path(self.root).read_bytes())
+        return self.baseline()
+
     def baseline(self) -> Record:
         started, t0 = now(), time.monotonic()
         src = (self.root / self.state.target).read_text()

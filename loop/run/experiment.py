@@ -3,7 +3,7 @@
     RunCore (core.py)            state, paths, records, perf_results.md, stop state
     Measuring (measuring.py)     verify + measure: compile gate, workers or the external harness
     Recording (recording.py)     record + keep|revert, counters, experience
-    Baseline (baseline.py)       iteration 0
+    Baseline (baseline.py)       iteration 0, and its resumption after a kill during init
     Iteration (iteration.py)     integrity -> commit -> measure -> decide -> record
     Unattended (unattended.py)   the playbook loop of `tileloop run`, and the next suggestions
     Resume (resume.py)           an interrupted iteration finished or recorded exactly once (integrity as an iteration)
@@ -18,13 +18,12 @@ from pathlib import Path
 from loop.common.settings import Settings
 from loop.records import gitops
 from loop.run import state as st
-from loop.run.baseline import Baseline
 from loop.run.core import Log, stderr_log
 from loop.run.resume import Resume
 from loop.run.unattended import Unattended
 
 
-class Experiment(Unattended, Resume, Baseline):
+class Experiment(Unattended, Resume):
     """A run bound to its repository; every public method leaves state.json consistent."""
 
 

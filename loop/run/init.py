@@ -40,6 +40,11 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     after its baseline is continued by `tileloop resume`, not left waiting for an agent's step."""
     root = gitops.find_root(Path.cwd())
     target_rel, spec_rel, language, op, archs = _target(target, root, harness, target_backend, archs)
+    live = in_progress(root, str(target_rel))
+    if live is not None and branch is None:
+        raise UserError(f"a run of {target_rel} is in progress: {describe(live)}",
+                        hint=f"tileloop resume --run {live.run_id} continues it, tileloop run {target_rel} continues it "
+                             "unattended; pass --branch NAME to start another run")
     for rid in skip_recipes or []:
         get_recipe(rid)  # an unknown id is refused with the list of valid ones
     gitops.require_clean(root)
@@ -70,6 +75,26 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
                         harness=harness.to_json() if harness else None, skip_recipes=list(skip_recipes or []),
                         mode=mode)
     return _start(root, state, settings, log)
+
+
+def in_progress(root: Path, target_rel: str) -> st.RunState | None:
+    """The run of this target that has not stopped (an agent's, or an unattended one cut short), if any."""
+    for rid in st.list_runs(root):
+        try:
+            state = st.load(root, rid)
+        except UserError:
+            continue
+        if state.target == target_rel and state.stopped is None:
+            return state
+    return None
+
+
+def describe(state: st.RunState) -> str:
+    """One line on a run: its id, branch, experiments, and whether one was interrupted."""
+    done = max(state.last_iteration, 0)
+    interrupted = state.inflight is not None
+    return (f"{state.run_id} on branch {state.branch}, {done} experiment(s)"
+            + (f", interrupted at iteration {state.inflight['iteration']}" if interrupted else ""))
 
 
 def _target(target: str, root: Path, harness: external.Harness | None, target_backend: str | None,
@@ -119,21 +144,30 @@ def _choose_backend(names: list[str], env: dict, language: str, device: str, tar
 
 
 def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Experiment:
-    """Make the branch and the run folder, then measure the baseline."""
+    """Record the run (in flight at iteration 0, so that a kill from here on is resumed by `tileloop
+    resume`), make its branch, then measure the baseline. A failure that is not a kill undoes it all."""
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
-    gitops.create_branch(root, state.branch)
+    previous = st.current_or_none(root)
+    state.inflight = {"iteration": 0, "stage": "start", "optimization": "baseline"}
     exp = Experiment(root, state, settings, log)
     exp.save()
-    (exp.dir / "git-config.snapshot").write_bytes(gitops.config_path(root).read_bytes())
     st.set_current(root, state.run_id)
-    log(f"run {state.run_id} on branch {state.branch}: target backend {state.target_backend}; measuring the baseline")
     try:
+        gitops.create_branch(root, state.branch)
+        (exp.dir / "git-config.snapshot").write_bytes(gitops.config_path(root).read_bytes())
+        log(f"run {state.run_id} on branch {state.branch}: target backend {state.target_backend}; measuring the baseline")
         exp.baseline()
     except BaseException:
-        # leave nothing half-made: back to the user's branch, drop the empty run branch, keep the logs
-        gitops.checkout(root, state.origin_branch or state.base_commit)
-        with gitops.open_repo(root) as repo:
-            repo.git.branch("-D", state.branch)
+        # leave nothing half-made: back to the user's branch, drop the run branch and state, keep the logs
+        if gitops.current_branch(root) == state.branch:
+            gitops.checkout(root, state.origin_branch or state.base_commit)
+        if gitops.branch_exists(root, state.branch):
+            with gitops.open_repo(root) as repo:
+                repo.git.branch("-D", state.branch)
         st.state_path(root, state.run_id).unlink(missing_ok=True)
+        if previous:
+            st.set_current(root, previous)
+        else:
+            (root / st.SANDBOX / "CURRENT").unlink(missing_ok=True)
         raise
     return exp

@@ -13,11 +13,12 @@ from loop.measure.evaluate import not_run
 from loop.records import gitops, history
 from loop.records.results import Record
 from loop.run import state as st
+from loop.run.baseline import Baseline
 from loop.run.core import now, with_changes
 from loop.run.iteration import Iteration
 
 
-class Resume(Iteration):
+class Resume(Iteration, Baseline):
     def end_leftover_workers(self) -> None:
         """A worker of this run still alive (its tileloop was killed before it could end it) holds the GPU
         and would skew the next timing: end it before anything else runs."""
@@ -33,7 +34,7 @@ class Resume(Iteration):
         n = inflight["iteration"]
         interrupted_at = inflight.get("stage")
         if n == 0:
-            raise UserError("the run was interrupted during its baseline; start a new run with tileloop init")
+            return self.resume_baseline()
         workdir = self.iter_dir(n)
         done = [r for r in self.records() if r.iteration == n]
         if done:

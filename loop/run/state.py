@@ -97,6 +97,13 @@ def current(root: Path, run_id: str | None) -> str:
     return path.read_text().strip()
 
 
+def current_or_none(root: Path) -> str | None:
+    """The current run's id, or None when there is none (or the one named has no state)."""
+    path = root / SANDBOX / "CURRENT"
+    rid = path.read_text().strip() if path.exists() else ""
+    return rid if rid and state_path(root, rid).exists() else None
+
+
 def list_runs(root: Path) -> list[str]:
     base = root / SANDBOX
     if not base.is_dir():
