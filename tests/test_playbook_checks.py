@@ -105,11 +105,12 @@ sys.path.insert(0, str(target_path.parent))
 import torch
 from triton.runtime.autotuner import Autotuner
 from loop.worker.correctness import Harness
+from loop.worker.spec import Spec
 from loop.worker.failures import load_module
 spec = load_module("spec_under_test", spec_path)
 target = load_module("target_under_test", target_path)
 (tuner,) = [v for v in vars(target).values() if isinstance(v, Autotuner)]
-harness = Harness(torch, spec, "cpu")
+harness = Harness(torch, Spec(torch, spec), "cpu")
 configs, checks = list(tuner.configs), []
 for i, cfg in enumerate(configs):
     tuner.configs = [cfg]  # one config: the autotuner runs it without benchmarking

@@ -474,12 +474,13 @@ from pathlib import Path
 import torch
 from triton.runtime.autotuner import Autotuner
 from loop.worker.correctness import Harness
+from loop.worker.spec import Spec
 from loop.worker.failures import load_module
 spec = load_module("spec_under_test", Path(sys.argv[1]))
 target = load_module("target_under_test", Path(sys.argv[2]))
 tuner = target.matmul_kernel_tma
 assert isinstance(tuner, Autotuner)
-harness = Harness(torch, spec, "cpu")
+harness = Harness(torch, Spec(torch, spec), "cpu")
 checks = []
 for i, cfg in enumerate(list(tuner.configs)):
     tuner.configs = [cfg]  # one config: the autotuner runs it without benchmarking (none is possible here)

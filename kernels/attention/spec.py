@@ -44,4 +44,4 @@ def flops(shape):
 
 def bytes_moved(shape, dtype):
     batch, heads, seq, head_dim, causal = shape
-    return 4 * batch * heads * seq * head_dim * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return 4 * batch * heads * seq * head_dim * torch.empty((), dtype=dtype).element_size()

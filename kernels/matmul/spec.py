@@ -46,4 +46,4 @@ def flops(shape):
 
 def bytes_moved(shape, dtype):
     m, n, k = shape
-    return (m * k + k * n + m * n) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return (m * k + k * n + m * n) * torch.empty((), dtype=dtype).element_size()

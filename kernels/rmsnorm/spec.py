@@ -34,5 +34,5 @@ def flops(shape):
 
 def bytes_moved(shape, dtype):
     rows, cols = shape
-    size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    size = torch.empty((), dtype=dtype).element_size()
     return (2 * rows * cols + cols) * size  # read x, write out, read weight

@@ -41,4 +41,4 @@ def flops(shape):
 
 def bytes_moved(shape, dtype):
     rows, cols = shape
-    return (rows * cols + rows) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return (rows * cols + rows) * torch.empty((), dtype=dtype).element_size()

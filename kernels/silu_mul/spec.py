@@ -48,4 +48,4 @@ def flops(shape):
 
 def bytes_moved(shape, dtype):
     rows, cols = shape
-    return (rows * cols + rows * (cols // 2)) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return (rows * cols + rows * (cols // 2)) * torch.empty((), dtype=dtype).element_size()

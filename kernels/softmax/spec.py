@@ -28,4 +28,4 @@ def flops(shape):
 
 def bytes_moved(shape, dtype):
     rows, cols = shape
-    return 2 * rows * cols * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return 2 * rows * cols * torch.empty((), dtype=dtype).element_size()

@@ -27,4 +27,4 @@ def flops(shape):
 
 
 def bytes_moved(shape, dtype):
-    return 3 * shape[0] * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return 3 * shape[0] * torch.empty((), dtype=dtype).element_size()

@@ -91,22 +91,42 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def spec_dtypes(spec_path: Path) -> list[str] | None:
-    """The spec's DTYPES when it is a literal list of known dtype names (read from the source, the
-    spec is not imported here); None otherwise (a computed DTYPES is read by the worker)."""
+    """The spec's DTYPES when it is a literal list of known dtypes, as names or `torch.<name>` (read
+    from the source, the spec is not imported here); None otherwise (a computed DTYPES is read by
+    the worker)."""
     try:
         tree = ast.parse(Path(spec_path).read_text())
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
+            if not isinstance(node.value, (ast.List, ast.Tuple)) or not node.value.elts:
                 return None
-            if isinstance(value, (list, tuple)) and value and all(v in KNOWN_DTYPES for v in value):
-                return list(value)
-            return None
+            names = [_dtype_literal(e) for e in node.value.elts]
+            return names if all(n in KNOWN_DTYPES for n in names) else None
     return None
+
+
+def _dtype_literal(node: ast.expr) -> str | None:
+    """'float16' for "float16", "torch.float16" or torch.float16 in the source."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.removeprefix("torch.")
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        return node.attr
+    return None
+
+
+def spec_entry(spec_tree: ast.Module) -> str | None:
+    """The entry point the spec names: None for the spec's own `entry(target, **inputs)` adapter,
+    else its ENTRY string (default "run")."""
+    names = _top_level_names(spec_tree)
+    if "entry" in names:
+        return None
+    for node in spec_tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ENTRY" for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                return node.value.value
+    return "run"
 
 
 def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:
@@ -135,8 +155,6 @@ def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
             f"target {rel} imports neither triton nor cuda.tile",
             hint="a target holds @triton.jit or @ct.kernel functions and a run(**inputs) wrapper",
         )
-    if "run" not in _top_level_names(tree):
-        raise UserError(f"target {rel} has no top-level run(**inputs) launch wrapper")
     spec = path.parent / "spec.py"
     if not spec.is_file():
         raise UserError(f"no spec.py beside the target {rel}", hint="the spec holds inputs, reference and shapes")
@@ -144,6 +162,11 @@ def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
     missing = [name for name in SPEC_REQUIRED if name not in _top_level_names(spec_tree)]
     if missing:
         raise UserError(f"spec {spec.relative_to(repo_root)} is missing required name(s): {', '.join(missing)}")
+    entry = spec_entry(spec_tree)
+    if entry is not None and entry not in _top_level_names(tree):
+        raise UserError(f"target {rel} has no top-level {entry}(**inputs)" + (" launch wrapper" if entry == "run" else ""),
+                        hint="name the target's entry point in the spec: ENTRY = '<function>', or an adapter "
+                             "entry(target, **inputs)" if entry == "run" else f"ENTRY in the spec names {entry!r}")
     return Kernel(repo_root, rel, spec.relative_to(repo_root), language, _op_name(path))
 
 

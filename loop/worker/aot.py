@@ -280,18 +280,16 @@ def compile_all(torch, spec, target_path: Path, language: str, archs: list[str],
                 dtypes: list[str] | None = None) -> dict:
     """Compile the target for every architecture and dtype (`dtypes`: a subset of the spec's
     DTYPES, for a worker given one part of the gate); errors are data, per arch and dtype."""
-    unknown = [d for d in dtypes or [] if d not in spec.DTYPES]
+    unknown = [d for d in dtypes or [] if d not in spec.dtypes]
     if unknown:
-        raise ValueError(f"dtypes {unknown} are not in the spec's DTYPES {list(spec.DTYPES)}")
-    shape = spec.CORRECTNESS_SHAPES[-1]
-    params = inspect.signature(spec.make_inputs).parameters
+        raise ValueError(f"dtypes {unknown} are not in the spec's DTYPES {list(spec.dtypes)}")
+    shape = spec.correctness_shapes[-1]
     results = []
     os.environ.pop("TRITON_INTERPRET", None)
     for arch in archs:
         cap = parse_arch(arch)
-        for dtype in (dtypes or spec.DTYPES):
-            kwargs = {"device": "cpu"} if "device" in params else {}
-            inputs = spec.make_inputs(tuple(shape), getattr(torch, dtype), 0, **kwargs)
+        for dtype in (dtypes or spec.dtypes):
+            inputs = spec.make_inputs(shape, dtype, 0, "cpu")
             counter = {"n": 0}
 
             def load_target():
@@ -299,7 +297,7 @@ def compile_all(torch, spec, target_path: Path, language: str, archs: list[str],
                 return load_module(f"tileloop_aot_{cap}_{dtype}_{counter['n']}", target_path)
 
             def call_run(module):
-                module.run(**inputs)
+                spec.entry(module)(**inputs)
 
             entry = {"arch": arch, "dtype": dtype, "shape": list(shape)}
             try:

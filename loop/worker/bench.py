@@ -4,12 +4,11 @@ the same-run copy bandwidth."""
 
 from __future__ import annotations
 
-import inspect
 
 from loop.common.jobs import seed_for
 from loop.common.stats import summarize
 from loop.worker import timing
-from loop.worker.correctness import Harness, compare, poison
+from loop.worker.correctness import Harness, as_outputs, compare_outputs, poison
 from loop.worker.failures import call_impl
 
 
@@ -39,9 +38,9 @@ def bench_all(torch, harness: Harness, modules: dict, job: dict, dtypes: list[st
     device = job["device"]
     dtype = job.get("bench_dtype") or dtypes[0]
     if device == "cpu":
-        shapes = job.get("bench_shapes") or getattr(spec, "INTERPRETER_SHAPES", None) or spec.CORRECTNESS_SHAPES[-1:]
+        shapes = job.get("bench_shapes") or spec.interpreter_shapes
     else:
-        shapes = job.get("bench_shapes") or spec.BENCHMARK_SHAPES
+        shapes = job.get("bench_shapes") or spec.benchmark_shapes
     plan = timing.TimingPlan(**job.get("timing", {}))
     out = []
     for shape in shapes:
@@ -60,8 +59,8 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
     res, last_results, peak = _time_all(torch, harness, modules, sets, device, plan)
     recheck = {lab: _recheck(torch, harness, lab, sets, last_results[lab], res.replay[lab], device,
                              (shape, dtype, base_seed)) for lab in labels}
-    flops = float(spec.flops(shape))
-    nbytes = float(_bytes_moved(spec, shape, dtype))
+    flops = spec.flops(shape, dtype)
+    nbytes = spec.bytes_moved(shape, dtype)
     impls = {}
     for lab in labels:
         st = summarize(res.samples_ms[lab])
@@ -107,7 +106,7 @@ def _time_all(torch, harness: Harness, modules: dict, sets: list[dict], device: 
     last_results: dict[str, list] = {lab: [None] * nsets for lab in labels}
 
     def guard(label):
-        run, store = modules[label].run, last_results[label]
+        run, store = harness.spec.entry(modules[label]), last_results[label]
 
         def fn(j):
             store[j] = call_impl(label, "call", run, **sets[j])
@@ -144,26 +143,22 @@ def _recheck(torch, harness: Harness, lab: str, sets: list[dict], results: list,
         refs[j] = harness.reference(sets[j])
     for j, s in enumerate(sets):
         harness.prepare_call(s)
-        if isinstance(results[j], torch.Tensor):  # a graph's own output buffer
-            poison(torch, results[j])
+        for _, returned in as_outputs(results[j]):
+            if isinstance(returned, torch.Tensor):  # a graph's own output buffer
+                poison(torch, returned)
     call_impl(lab, "call", replay)
     if device == "cuda":
         call_impl(lab, "call", torch.cuda.synchronize)
     used = range(nsets) if device == "cuda" else range(1)
-    outs = {j: harness.output_of(results[j], sets[j]) for j in used}
-    rc = compare(torch, outs[0], refs[0], atol, rtol)
+    outs = {j: harness.outputs_of(results[j], sets[j]) for j in used}
+    rc = compare_outputs(torch, outs[0], as_outputs(refs[0]), atol, rtol)
     if rc["ok"] and 1 in outs:
-        rc = compare(torch, outs[1], refs[1], atol, rtol)
+        rc = compare_outputs(torch, outs[1], as_outputs(refs[1]), atol, rtol)
     for j in used:
-        o = outs[j]
-        if rc["ok"] and isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
-            rc = {"ok": False, "reason": f"input set {j}: output has NaN/inf after the timed run (unwritten)"}
+        for _, o in outs[j]:
+            if rc["ok"] and isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
+                rc = {"ok": False, "reason": f"input set {j}: output has NaN/inf after the timed run (unwritten)"}
     return rc
-
-
-def _bytes_moved(spec, shape, dtype: str) -> float:
-    params = inspect.signature(spec.bytes_moved).parameters
-    return spec.bytes_moved(shape, dtype) if len(params) >= 2 else spec.bytes_moved(shape)
 
 
 def clone_bandwidth(torch, clock, nbytes: float, plan) -> dict | None:

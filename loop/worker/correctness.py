@@ -3,9 +3,8 @@ outputs, and the comparison of every output element (`Harness.check_one`)."""
 
 from __future__ import annotations
 
-import inspect
-
 from loop.worker.failures import SpecError, call_impl
+from loop.worker.spec import Spec
 
 
 def upcast(torch, value):
@@ -61,6 +60,40 @@ def compare(torch, out, ref, atol: float, rtol: float) -> dict:
     return res
 
 
+def as_outputs(value) -> list[tuple[str | None, object]]:
+    """A result as (name, value) pairs: a dict by key, a tuple or list by position, anything else alone."""
+    if isinstance(value, dict):
+        return [(str(k), v) for k, v in value.items()]
+    if isinstance(value, (tuple, list)):
+        return [(f"output {i}", v) for i, v in enumerate(value)]
+    return [(None, value)]
+
+
+def compare_outputs(torch, got: list[tuple[str | None, object]], ref: list[tuple[str | None, object]],
+                    atol: float, rtol: float) -> dict:
+    """Every output against the reference's, in order (by name where both are dicts). One output reads
+    as before; with several, the first that fails names itself, and the numbers cover them all."""
+    if len(got) != len(ref):
+        return {"ok": False, "reason": f"the kernel gave {len(got)} output(s), the reference {len(ref)}"}
+    if all(n is not None and not n.startswith("output ") for n, _ in ref) and {n for n, _ in got} == {n for n, _ in ref}:
+        lookup = dict(got)
+        got = [(n, lookup[n]) for n, _ in ref]
+    results = []
+    for (name, out), (ref_name, r) in zip(got, ref):
+        res = compare(torch, out, r, atol, rtol)
+        if not res["ok"]:
+            label = name or ref_name
+            if len(ref) > 1 and label:
+                res["reason"] = f"{label}: {res['reason']}"
+            return res
+        results.append(res)
+    if len(results) == 1:
+        return results[0]
+    return {"ok": True, "outputs": len(results), "max_abs_err": max(r["max_abs_err"] for r in results),
+            "max_rel_err": max(r["max_rel_err"] for r in results), "mismatched": 0,
+            "numel": sum(r["numel"] for r in results), "nonfinite": 0}
+
+
 def zero_pass_fraction(torch, ref, atol: float, rtol: float) -> float:
     """Fraction of elements where an all-zero output would be accepted."""
     r = ref.detach().to(torch.float64).abs()
@@ -75,23 +108,16 @@ def check_inputs_unchanged(torch, inputs: dict, snapshot: dict) -> str | None:
 
 
 class Harness:
-    """Everything the worker does with the spec, for one device and backend."""
+    """Everything the worker does with the spec (a `loop.worker.spec.Spec`), for one device and backend."""
 
     MAX_ZERO_PASS = 0.10
 
-    def __init__(self, torch, spec, device: str, clock=None):
+    def __init__(self, torch, spec: Spec, device: str, clock=None):
         self.torch, self.spec, self.device, self.clock = torch, spec, device, clock
-        self.outputs = tuple(getattr(spec, "OUTPUTS", ("out",)))
-        self.accepts_device = "device" in inspect.signature(spec.make_inputs).parameters
-
-    def dtype(self, name: str):
-        return getattr(self.torch, name)
+        self.outputs = spec.outputs
 
     def make_inputs(self, shape, dtype: str, seed: int) -> dict:
-        kwargs = {"device": self.device} if self.accepts_device else {}
-        inputs = self.spec.make_inputs(tuple(shape), self.dtype(dtype), seed, **kwargs)
-        if not isinstance(inputs, dict):
-            raise SpecError(f"make_inputs returned {type(inputs).__name__}, not a dict")
+        inputs = self.spec.make_inputs(shape, dtype, seed, self.device)
         for name, value in inputs.items():
             if isinstance(value, self.torch.Tensor) and name not in self.outputs and value.numel() and not bool(value.any()):
                 raise SpecError(f"make_inputs gave an all-zero input {name!r}: inputs must be random")
@@ -99,21 +125,18 @@ class Harness:
 
     def reference(self, inputs: dict):
         ref_inputs = {k: upcast(self.torch, v.clone() if isinstance(v, self.torch.Tensor) else v) for k, v in inputs.items()}
-        return self.spec.reference(**ref_inputs)
+        return self.spec.module.reference(**ref_inputs)
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
-        try:
-            atol, rtol = self.spec.TOLERANCES[dtype]
-        except KeyError:
-            raise SpecError(f"TOLERANCES has no entry for {dtype}") from None
-        return float(atol), float(rtol)
+        return self.spec.tolerance(dtype)
 
-    def output_of(self, result, inputs: dict):
+    def outputs_of(self, result, inputs: dict) -> list[tuple[str | None, object]]:
+        """What the kernel produced: what its entry point returned, or, when that is None, the OUTPUTS
+        buffers among the inputs (written in place)."""
         if result is None:
-            for name in self.outputs:
-                if name in inputs:
-                    return inputs[name]
-        return result
+            written = [(name, inputs[name]) for name in self.outputs if name in inputs]
+            return written if len(written) != 1 else [(None, written[0][1])]
+        return as_outputs(result)
 
     def prepare_call(self, inputs: dict):
         for name in self.outputs:
@@ -124,21 +147,21 @@ class Harness:
         torch = self.torch
         inputs = self.make_inputs(shape, dtype, seed)
         snapshot = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor) and k not in self.outputs}
-        ref = self.reference(inputs)
+        refs = as_outputs(self.reference(inputs))
         atol, rtol = self.tolerance(dtype)
-        zp = zero_pass_fraction(torch, ref, atol, rtol)
-        if zp > self.MAX_ZERO_PASS:
-            raise SpecError(
-                f"reference at shape {tuple(shape)} {dtype} is near zero relative to atol={atol}: an all-zero "
-                f"output would pass on {zp:.0%} of elements; lower atol in TOLERANCES or scale the inputs")
+        for _, ref in refs:
+            if isinstance(ref, torch.Tensor) and (zp := zero_pass_fraction(torch, ref, atol, rtol)) > self.MAX_ZERO_PASS:
+                raise SpecError(
+                    f"reference at shape {tuple(shape)} {dtype} is near zero relative to atol={atol}: an all-zero "
+                    f"output would pass on {zp:.0%} of elements; lower atol in TOLERANCES or scale the inputs")
         self.prepare_call(inputs)
         if self.device == "cuda":
-            poison_allocator(torch, ref.numel() * ref.element_size())
-        result = call_impl(label, "call", module.run, **inputs)
+            poison_allocator(torch, sum(r.numel() * r.element_size() for _, r in refs if isinstance(r, torch.Tensor)))
+        result = call_impl(label, "call", self.spec.entry(module), **inputs)
         if self.device == "cuda":
             call_impl(label, "call", torch.cuda.synchronize)
         rec = {"label": label, "shape": list(shape), "dtype": dtype, "seed": seed, "atol": atol, "rtol": rtol}
-        rec.update(compare(torch, self.output_of(result, inputs), ref, atol, rtol))
+        rec.update(compare_outputs(torch, self.outputs_of(result, inputs), refs, atol, rtol))
         if rec["ok"] and (msg := check_inputs_unchanged(torch, inputs, snapshot)):
             rec.update(ok=False, reason=msg)
         return rec

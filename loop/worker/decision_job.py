@@ -99,8 +99,9 @@ class Plant:
         self.elems = elems
         self.scratch = torch.ones(elems, dtype=torch.float32, device=device)
 
-    def wrap(self, module):
-        run, scratch = module.run, self.scratch
+    def wrap(self, run):
+        """A stand-in that calls `run` (an entry point), then the plant."""
+        scratch = self.scratch
 
         def planted_run(**inputs):
             out = run(**inputs)
@@ -174,7 +175,7 @@ def calibrate(torch, harness, modules: dict, job: dict, shape: tuple, dtype: str
     def probe(n: int) -> None:
         nonlocal kernel_ms, method
         events.write(event="calibrating", shape=list(shape), elems=n)
-        entry = _measure(torch, harness, {"incumbent": plain, "candidate": Plant(torch, device, n).wrap(cand)}, job,
+        entry = _measure(torch, harness, {"incumbent": plain, "candidate": Plant(torch, device, n).wrap(harness.spec.entry(cand))}, job,
                          seed_for(job["seed"], "calibrate", shape, n), shape, dtype, plan)
         probes.append((n, 1.0 / _planted_ratio(entry, z, 0.0).speedup - 1.0))
         if kernel_ms is None:
@@ -191,7 +192,7 @@ def calibrate(torch, harness, modules: dict, job: dict, shape: tuple, dtype: str
     plant = Plant(torch, device, elems)
     inc_all, cand_all, rounds = [], [], []
     for r in range(int(job["verify_rounds"])):
-        entry = _measure(torch, harness, {"incumbent": plain, "candidate": plant.wrap(cand)}, job,
+        entry = _measure(torch, harness, {"incumbent": plain, "candidate": plant.wrap(harness.spec.entry(cand))}, job,
                          seed_for(job["seed"], "verify", shape, r), shape, dtype, plan)
         rounds.append(1.0 / _planted_ratio(entry, z, 0.0).speedup)
         inc_all += entry["impls"]["incumbent"]["samples_ms"]
@@ -215,12 +216,12 @@ def _bench_dtype(spec, job: dict) -> str:
     """The dtype an iteration times (the spec's first; bfloat16 skipped on the interpreter), or --dtype."""
     cpu = job["device"] == "cpu"
     if job.get("dtype"):
-        if job["dtype"] not in spec.DTYPES:
-            raise BadInput(f"--dtype {job['dtype']} is not one of the spec's DTYPES: {', '.join(spec.DTYPES)}")
+        if job["dtype"] not in spec.dtypes:
+            raise BadInput(f"--dtype {job['dtype']} is not one of the spec's DTYPES: {', '.join(spec.dtypes)}")
         if cpu and job["dtype"] == "bfloat16":
             raise BadInput("--dtype bfloat16 cannot run under the Triton interpreter (--device cpu)")
         return job["dtype"]
-    usable = [d for d in spec.DTYPES if not (cpu and d == "bfloat16")]
+    usable = [d for d in spec.dtypes if not (cpu and d == "bfloat16")]
     if not usable:
         raise BadInput("no dtype of the spec runs under the Triton interpreter (bfloat16 only)")
     return usable[0]
@@ -229,9 +230,9 @@ def _bench_dtype(spec, job: dict) -> str:
 def _shapes(spec, job: dict) -> list[tuple]:
     """--shapes, else the smallest and the largest of the shapes an iteration times on this device."""
     if job["device"] == "cuda":
-        timed = list(spec.BENCHMARK_SHAPES)
+        timed = list(spec.benchmark_shapes)
     else:
-        timed = list(getattr(spec, "INTERPRETER_SHAPES", None) or spec.CORRECTNESS_SHAPES[-1:])
+        timed = list(spec.interpreter_shapes)
     timed = [tuple(s) for s in timed]
     if job.get("shapes"):
         ranks = {len(s) for s in timed}
@@ -274,9 +275,9 @@ def worker_job(job: dict) -> dict:
             for shape in shapes:
                 inc, cand = modules["incumbent"], modules["candidate"]
                 if scenario == "slowdown":
-                    cand = plants[shape].wrap(cand)
+                    cand = plants[shape].wrap(harness.spec.entry(cand))
                 elif scenario == "speedup":
-                    inc = plants[shape].wrap(inc)
+                    inc = plants[shape].wrap(harness.spec.entry(inc))
                 pairs.append({"incumbent": inc, "candidate": cand})
                 entries.append(_measure(torch, harness, pairs[-1], job,
                                         seed_for(job["seed"], "trial", t, scenario), shape, dtype, plan))

@@ -31,6 +31,7 @@ from loop.worker.proof import (
     pin_autotune_to_first_config,
     watch_cutile_compiles,
 )
+from loop.worker.spec import Spec
 from loop.worker.tamper import check_tamper, timer_identities
 
 
@@ -40,7 +41,7 @@ def compile_job(job: dict) -> dict:
     from loop.worker import aot
 
     sys.path.insert(0, job["target_dir"])
-    spec = load_module("tileloop_spec", Path(job["spec"]))
+    spec = Spec(torch, load_module("tileloop_spec", Path(job["spec"])))
     out = aot.compile_all(torch, spec, Path(job["target"]), job["language"], job["archs"], load_module, classify,
                           dtypes=job.get("dtypes"))
     failed = [r for r in out["results"] if not r["ok"]]
@@ -56,11 +57,11 @@ def profile_point(spec, shape, dtype) -> tuple[tuple, str]:
     count) and its first dtype."""
     import math
 
-    dtypes = list(spec.DTYPES)
+    dtypes = list(spec.dtypes)
     dtype = dtype or dtypes[0]
     if dtype not in dtypes:
         raise SpecError(f"dtype {dtype} is not one of the spec's DTYPES {dtypes}")
-    shapes = [tuple(s) for s in spec.BENCHMARK_SHAPES]
+    shapes = list(spec.benchmark_shapes)
     if shape is None:
         return max(shapes, key=math.prod), dtype
     ranks = sorted({len(s) for s in shapes})
@@ -90,23 +91,24 @@ def profile_job(job: dict) -> dict:
                 "correctness": {"passed": False, "checks": [check]}}
     inputs = harness.make_inputs(shape, dtype, seed_for(job["seed"], "profile-run", shape, dtype))
     sync = (lambda: call_impl("candidate", "call", torch.cuda.synchronize)) if device == "cuda" else (lambda: None)
-    call_impl("candidate", "call", module.run, **inputs)
+    entry = spec.entry(module)
+    call_impl("candidate", "call", entry, **inputs)
     sync()
     with contextlib.ExitStack() as profiled:
         if device == "cuda":  # cudaProfilerStart/Stop: what a profiler started with --profile-from-start off waits for
             torch.cuda.profiler.start()
             profiled.callback(torch.cuda.profiler.stop)
         for _ in range(int(job.get("launches", 1))):
-            call_impl("candidate", "call", module.run, **inputs)
+            call_impl("candidate", "call", entry, **inputs)
         sync()
     return {**base, "status": "ok", "launches": int(job.get("launches", 1)),
             "correctness": {"passed": True, "checks": [check]}, "proof": backend_proof({"candidate": module}, job["backend"])}
 
 
-def start_job(torch, job: dict):
+def start_job(torch, job: dict) -> Spec:
     """The start every GPU-side job shares: the device is there, the target's folder is importable,
     the backend's watchers are on (cuTile compiles, the interpreter's autotune pinned), and the
-    spec is loaded (returned)."""
+    spec is loaded and read (returned)."""
     if job["device"] == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("worker asked for cuda but no CUDA device is visible")
     sys.path.insert(0, job["target_dir"])
@@ -114,7 +116,7 @@ def start_job(torch, job: dict):
         watch_cutile_compiles()
     if job["backend"] == "interpreter":
         pin_autotune_to_first_config()
-    return load_module("tileloop_spec", Path(job["spec"]))
+    return Spec(torch, load_module("tileloop_spec", Path(job["spec"])))
 
 
 def run_job(job: dict) -> dict:
@@ -134,15 +136,15 @@ def run_job(job: dict) -> dict:
         modules[provider] = torch_provider(torch, spec, provider)
     check_tamper(torch, tamper_watch, "import")
 
-    dtypes = list(job.get("dtypes") or spec.DTYPES)
+    dtypes = list(job.get("dtypes") or spec.dtypes)
     skipped = []
     if device == "cpu" and "bfloat16" in dtypes:
         dtypes.remove("bfloat16")
         skipped.append("bfloat16: the Triton interpreter does not support bf16")
     checks = []
-    shapes_to_check = list(job.get("correctness_shapes") or spec.CORRECTNESS_SHAPES)
+    shapes_to_check = [tuple(s) for s in job.get("correctness_shapes") or spec.correctness_shapes]
     if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
-        shapes_to_check += [s for s in spec.BENCHMARK_SHAPES if s not in shapes_to_check]
+        shapes_to_check += [s for s in spec.benchmark_shapes if s not in shapes_to_check]
     for label in job["check"]:
         for dtype in dtypes:
             for shape in shapes_to_check:
@@ -171,9 +173,9 @@ def torch_provider(torch, spec, name: str):
     """PyTorch eager (the spec's reference at the benchmark dtype) or torch.compile of it."""
     from types import SimpleNamespace
 
-    fn = spec.reference
+    fn = spec.module.reference
     if name == "torch_compile":
-        fn = torch.compile(spec.reference, dynamic=False)
+        fn = torch.compile(spec.module.reference, dynamic=False)
     elif name != "torch_eager":
         raise ValueError(f"unknown torch provider {name!r}")
     return SimpleNamespace(run=fn)

@@ -1,0 +1,148 @@
+"""The user's spec as the worker reads it: tolerant of how PyTorch code is written, strict about what
+cannot work.
+
+Required names: `make_inputs(shape, dtype, seed[, device])`, `reference(**inputs)`,
+`CORRECTNESS_SHAPES`, `BENCHMARK_SHAPES`, `DTYPES`, `TOLERANCES`, `flops(shape[, dtype])`,
+`bytes_moved(shape[, dtype])`. Accepted forms:
+
+- dtypes (`DTYPES` entries, `TOLERANCES` keys) as `torch.float16` or as names (`"float16"`,
+  `"torch.float16"`); every spec function gets a `torch.dtype`;
+- shapes as tuples or lists (of ints), a 1-d shape also as a bare int;
+- `make_inputs` with a `device` parameter (then its tensors must be on that device) or without one
+  (then tileloop moves what it returns to the device);
+- `reference` returning a tensor, a tuple/list of tensors, or a dict of them: every output compared.
+
+Optional names and their defaults:
+
+- `OUTPUTS = ("out",)`: names of output buffers among the inputs, written in place by the kernel
+  and compared when the entry point returns None;
+- `INTERPRETER_SHAPES = CORRECTNESS_SHAPES[-1:]`: shapes timed under the Triton interpreter;
+- `ENTRY = "run"`: the target's function called with the inputs (a library's op module need not
+  have a `run`);
+- `entry(target, **inputs)`: an adapter in the spec, called with the target module and the inputs
+  (overrides `ENTRY`), for an op whose API is not a function of the inputs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Callable
+
+from loop.worker.failures import SpecError
+
+DEFAULT_OUTPUTS = ("out",)
+DEFAULT_ENTRY = "run"
+
+
+def dtype_name(torch, value, where: str) -> str:
+    """'float16' for torch.float16, 'float16' or 'torch.float16'; SpecError for anything else."""
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, str):
+        name = value.strip().removeprefix("torch.")
+        if isinstance(getattr(torch, name, None), torch.dtype):
+            return str(getattr(torch, name)).removeprefix("torch.")
+    raise SpecError(f"{where}: {value!r} is not a torch dtype; write torch.float16 or 'float16'")
+
+
+def shape_of(value, where: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    if isinstance(value, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        return tuple(value)
+    raise SpecError(f"{where}: {value!r} is not a shape; write a tuple of ints such as (4096, 1024)")
+
+
+def shapes_of(value, where: str) -> list[tuple[int, ...]]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(f"{where} must be a non-empty list of shapes, got {value!r}")
+    return [shape_of(s, f"{where}[{i}]") for i, s in enumerate(value)]
+
+
+class Spec:
+    """A spec module, read once: normalised names, defaults filled in, the entry point resolved."""
+
+    def __init__(self, torch, module: types.ModuleType):
+        self.torch, self.module = torch, module
+        self.dtypes = [dtype_name(torch, d, f"DTYPES[{i}]") for i, d in enumerate(_list(module, "DTYPES"))]
+        self.tolerances = self._tolerances(module)
+        self.correctness_shapes = shapes_of(module.CORRECTNESS_SHAPES, "CORRECTNESS_SHAPES")
+        self.benchmark_shapes = shapes_of(module.BENCHMARK_SHAPES, "BENCHMARK_SHAPES")
+        interp = getattr(module, "INTERPRETER_SHAPES", None)
+        self.interpreter_shapes = shapes_of(interp, "INTERPRETER_SHAPES") if interp else self.correctness_shapes[-1:]
+        outputs = getattr(module, "OUTPUTS", DEFAULT_OUTPUTS)
+        self.outputs = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+        self.entry_name = getattr(module, "ENTRY", DEFAULT_ENTRY)
+        self.adapter = getattr(module, "entry", None)
+        self.accepts_device = "device" in inspect.signature(module.make_inputs).parameters
+
+    def _tolerances(self, module) -> dict[str, tuple[float, float]]:
+        raw = getattr(module, "TOLERANCES", None)
+        if not isinstance(raw, dict):
+            raise SpecError(f"TOLERANCES must be a dict {{dtype: (atol, rtol)}}, got {type(raw).__name__}")
+        out = {}
+        for key, value in raw.items():
+            name = dtype_name(self.torch, key, "TOLERANCES key")
+            try:
+                atol, rtol = value
+                out[name] = (float(atol), float(rtol))
+            except (TypeError, ValueError):
+                raise SpecError(f"TOLERANCES[{key!r}] must be (atol, rtol), got {value!r}") from None
+        return out
+
+    def torch_dtype(self, name: str):
+        return getattr(self.torch, name)
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        try:
+            return self.tolerances[dtype]
+        except KeyError:
+            raise SpecError(f"TOLERANCES has no entry for {dtype}") from None
+
+    def entry(self, target) -> Callable[..., Any]:
+        """What a check or a timed call calls with the inputs: the spec's adapter, the target's ENTRY
+        function (default `run`), or, for a stand-in that is not a module (torch eager, a planted
+        wrapper), its `run`."""
+        if not isinstance(target, types.ModuleType):
+            return target.run
+        if self.adapter is not None:
+            adapter = self.adapter
+            return lambda **inputs: adapter(target, **inputs)
+        fn = getattr(target, self.entry_name, None)
+        if not callable(fn):
+            raise SpecError(f"the target has no function {self.entry_name!r} to call with the inputs"
+                            + ("" if self.entry_name != DEFAULT_ENTRY else
+                               "; name the entry point with ENTRY = '<function>' or an entry(target, **inputs) in the spec"))
+        return fn
+
+    def make_inputs(self, shape, dtype: str, seed: int, device: str) -> dict:
+        kwargs = {"device": device} if self.accepts_device else {}
+        inputs = self.module.make_inputs(tuple(shape), self.torch_dtype(dtype), seed, **kwargs)
+        if not isinstance(inputs, dict):
+            raise SpecError(f"make_inputs returned {type(inputs).__name__}, not a dict of inputs")
+        tensors = {k: v for k, v in inputs.items() if isinstance(v, self.torch.Tensor)}
+        if not self.accepts_device:  # tileloop places the inputs
+            return {k: (v.to(device) if k in tensors else v) for k, v in inputs.items()}
+        wrong = [f"{k} on {v.device.type}" for k, v in tensors.items() if v.device.type != device]
+        if wrong:
+            raise SpecError(f"make_inputs(device={device!r}) returned {', '.join(wrong)}: create the tensors on `device` "
+                            "(or drop the device parameter and tileloop moves them)")
+        return inputs
+
+    def flops(self, shape, dtype: str) -> float:
+        return float(self._sized(self.module.flops, shape, dtype))
+
+    def bytes_moved(self, shape, dtype: str) -> float:
+        return float(self._sized(self.module.bytes_moved, shape, dtype))
+
+    def _sized(self, fn, shape, dtype: str):
+        params = inspect.signature(fn).parameters
+        return fn(tuple(shape), self.torch_dtype(dtype)) if len(params) >= 2 else fn(tuple(shape))
+
+
+def _list(module, name: str) -> list:
+    value = getattr(module, name)
+    if isinstance(value, (list, tuple)) and value:
+        return list(value)
+    raise SpecError(f"{name} must be a non-empty list, got {value!r}")
