@@ -138,9 +138,11 @@ def analyze(source: str, bottleneck: str | None = None, backend: str | None = No
 
 def kernel_names(source: str, language: str) -> list[str]:
     """The target's @triton.jit / @ct.kernel functions, found structurally."""
-    from playbook import cst_util
+    from playbook.cst.aliases import aliases
+    from playbook.cst.kernels import cutile_kernels, triton_kernels
+    from playbook.cst.source import parse
 
-    module = cst_util.parse(source)
-    al = cst_util.aliases(module)
-    found = cst_util.cutile_kernels(module, al) if language == "cutile" else cst_util.triton_kernels(module, al)
+    module = parse(source)
+    al = aliases(module)
+    found = cutile_kernels(module, al) if language == "cutile" else triton_kernels(module, al)
     return list(found)

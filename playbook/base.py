@@ -1,68 +1,60 @@
-"""Recipe interface, registry and candidate selection."""
+"""Candidate selection over the registered recipes, and what a person reads about them.
+
+`recipes()` loads every recipe module (each registers its recipes on import) in the order the
+playbook lists them; `next_candidate` picks the first untried candidate in priority order,
+`why_nothing` says why each recipe has none left; a recipe's page lies beside its module.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from loop.common.errors import UserError
 from playbook.analysis import Analysis
+from playbook.recipe import Candidate, Recipe, inapplicable, registered
 
-
-@dataclass(frozen=True)
-class Candidate:
-    recipe: str  # recipe id
-    kind: str  # the variable it changes (for priority and demotion), e.g. "num_warps"
-    key: str  # unique within a run: the same key is never tried twice
-    title: str  # the optimization text of the record, e.g. "num_warps 1 -> 2"
-    hypothesis: str
-    source: str  # the whole rewritten target
-    tier: int = 0  # 0: first-line moves; 1: second thoughts (e.g. a step back down), tried after every tier-0 move
-
-
-class Recipe(Protocol):
-    id: str
-    title: str
-    languages: tuple[str, ...]
-
-    def applies(self, analysis: Analysis) -> bool: ...
-    # optional: `inapplicable(analysis) -> str`, why `applies` said no, where that is not the kernel class
-
-    def candidates(self, source: str, analysis: Analysis) -> list[Candidate]: ...
-
-
-_REGISTRY: dict[str, Recipe] = {}
-
-
-def register(cls: type) -> type:
-    """Class decorator: registers one instance of the recipe under its id."""
-    if cls.id in _REGISTRY:
-        raise ValueError(f"recipe id {cls.id!r} registered twice")
-    _REGISTRY[cls.id] = cls()
-    return cls
+__all__ = ["attempt", "current_keys", "get", "inapplicable", "next_candidate", "page_path", "page_text", "recipes",
+           "why_nothing"]
 
 
 def recipes() -> list[Recipe]:
     _load()
-    return list(_REGISTRY.values())
+    return list(registered().values())
 
 
 def get(recipe_id: str) -> Recipe:
     _load()
     try:
-        return _REGISTRY[recipe_id]
+        return registered()[recipe_id]
     except KeyError:
-        raise UserError(f"unknown recipe {recipe_id!r}; valid: {', '.join(sorted(_REGISTRY))}") from None
+        raise UserError(f"unknown recipe {recipe_id!r}; valid: {', '.join(sorted(registered()))}") from None
 
 
 def _load() -> None:
-    from playbook import (autotune, cutile_hints, cutile_knobs, eviction, fastmath, grouped,  # noqa: F401
-                          launch, tensor_descriptor)  # (they register on import)
-    from playbook import cutile_autotune  # noqa: F401
-    from playbook import persistent, tileir_configs  # noqa: F401
-    from playbook import cutile_grouped, cutile_schedule, cutile_tf32, cutile_tma  # noqa: F401
-    from playbook import cutile_row_chunks, whole_row  # noqa: F401
+    """Imports every recipe module; the order of these imports is the order of `recipes()`
+    (`tileloop playbook list`, `why_nothing`)."""
+    import playbook.triton.eviction_policy  # noqa: F401
+    import playbook.triton.autotune  # noqa: F401
+    import playbook.cutile.autotune  # noqa: F401
+    import playbook.triton.launch_param  # noqa: F401
+    import playbook.cutile.hint  # noqa: F401
+    import playbook.cutile.latency  # noqa: F401
+    import playbook.cutile.store_no_tma  # noqa: F401
+    import playbook.cutile.approx  # noqa: F401
+    import playbook.cutile.num_ctas  # noqa: F401
+    import playbook.triton.fast_math  # noqa: F401
+    import playbook.triton.grouped_ordering  # noqa: F401
+    import playbook.triton.tensor_descriptor  # noqa: F401
+    import playbook.triton.whole_row  # noqa: F401
+    import playbook.triton.persistent  # noqa: F401
+    import playbook.triton.tileir_configs  # noqa: F401
+    import playbook.cutile.persistent  # noqa: F401
+    import playbook.cutile.grouped  # noqa: F401
+    import playbook.cutile.tf32  # noqa: F401
+    import playbook.cutile.gather_to_tma  # noqa: F401
+    import playbook.cutile.row_chunks  # noqa: F401
 
 
 def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],
@@ -99,17 +91,15 @@ def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Seq
     return out
 
 
+def page_path(recipe: Recipe) -> Path:
+    """Where the recipe's page lies: beside the module that defines it, `<module>.md`."""
+    return Path(sys.modules[type(recipe).__module__].__file__).with_suffix(".md")
+
+
 def page_text(recipe: Recipe) -> str:
     """The recipe's markdown page (what, when, expected effect, hazards, before/after)."""
-    page = Path(__file__).parent / "pages" / f"{recipe.id}.md"
+    page = page_path(recipe)
     return page.read_text() if page.exists() else f"# {recipe.id}\n\n{recipe.title}\n"
-
-
-def inapplicable(recipe: Recipe, analysis: Analysis) -> str:
-    """Why `recipe.applies(analysis)` said no: the recipe's own reason where its test is not the
-    kernel class (`inapplicable(analysis)`), else the kernel's language and class."""
-    own = getattr(recipe, "inapplicable", None)
-    return (own(analysis) if own else None) or f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
 
 
 def attempt(recipe: Recipe, source: str, analysis: Analysis) -> tuple[list[Candidate], str | None]:

@@ -13,10 +13,10 @@ import pytest
 import playbook
 from playbook import next_candidate
 from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze
+from playbook.base import page_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS = REPO_ROOT / "kernels"
-PAGES = REPO_ROOT / "playbook" / "pages"
 NEW_RECIPES = ("triton-autotune", "fast-math", "eviction-policy", "grouped-ordering", "cutile-latency",
                "cutile-store-no-tma", "cutile-approx", "cutile-num-ctas")
 ALL_TARGETS = sorted(p for p in KERNELS.glob("*/*_*.py") if p.name != "spec.py")
@@ -61,7 +61,7 @@ def test_every_recipe_is_registered_with_id_title_languages_and_a_page():
     for r in playbook.recipes():
         assert r.title and isinstance(r.title, str)
         assert r.languages and set(r.languages) <= {"triton", "cutile"}
-        page = PAGES / f"{r.id}.md"
+        page = page_path(r)
         assert page.is_file(), f"no page for {r.id}"
         text = page.read_text()
         assert text.startswith(f"# {r.id}\n")
@@ -202,7 +202,7 @@ def test_tileir_configs_key_on_the_causal_flag_too():
 @pytest.mark.parametrize("op", ["vector_add", "softmax", "layernorm", "rmsnorm", "row_sum", "silu_mul", "matmul",
                                 "attention"])
 def test_autotune_space_is_modest_and_contains_the_current_config(op):
-    from playbook.autotune import block_space, option_space
+    from playbook.triton.autotune import block_space, option_space
 
     c = one("triton-autotune", src(op, "triton"))
     n = int(c.title.split("(")[1].split(" configs")[0])
@@ -544,7 +544,7 @@ def k(x, out, TILE: ct.Constant[int]):
 
 def test_cutile_option_tables_match_the_installed_signatures():
     ct = pytest.importorskip("cuda.tile")
-    from playbook.cutile_knobs import APPROX_TRANSCENDENTAL, FTZ_OPS
+    from playbook.cutile.approx import APPROX_TRANSCENDENTAL, FTZ_OPS
 
     ftz = {n for n in dir(ct) if not n.startswith("_") and callable(getattr(ct, n))
            and _has_param(getattr(ct, n), "flush_to_zero")}

@@ -244,10 +244,10 @@ def test_cutile_hint_tile_constant_limit():
 def known_recipes(monkeypatch):
     """next_candidate over these two recipes only, so a recipe added to the playbook later does
     not change the expected order here."""
-    from playbook import base
+    from playbook import base, recipe
 
     base.recipes()  # registers every recipe
-    monkeypatch.setattr(base, "_REGISTRY", {rid: base._REGISTRY[rid] for rid in ("launch-param", "cutile-hint")})
+    monkeypatch.setattr(recipe, "_REGISTRY", {rid: recipe._REGISTRY[rid] for rid in ("launch-param", "cutile-hint")})
 
 
 def test_next_candidate_follows_priority(known_recipes):

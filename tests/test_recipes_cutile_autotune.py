@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import playbook
-from playbook import cutile_autotune as ca
+from playbook.cutile import autotune as ca
 from playbook.analysis import analyze
 from tests.conftest import materialise
 
@@ -529,10 +529,10 @@ def test_autotune_comes_before_the_single_steps_it_subsumes():
 
 
 def test_next_candidate_tries_the_autotune_first_then_nothing_on_its_knobs(monkeypatch):
-    from playbook import base, next_candidate
+    from playbook import base, next_candidate, recipe
 
     base.recipes()
-    monkeypatch.setattr(base, "_REGISTRY", {rid: base._REGISTRY[rid] for rid in ("cutile-autotune", "cutile-hint")})
+    monkeypatch.setattr(recipe, "_REGISTRY", {rid: recipe._REGISTRY[rid] for rid in ("cutile-autotune", "cutile-hint")})
     source = src("vector_add")
     first = next_candidate(source, analyze(source), tried=[], demoted=[])
     assert first.key == "cutile-autotune:add_kernel"

@@ -28,8 +28,9 @@ import pytest
 import playbook
 from loop.cli import main
 from playbook.analysis import CUTILE_PRIORITY, analyze
-from playbook.cst_util import Skip
-from playbook.cutile_row_chunks import CHUNKED, rewrite
+from playbook.base import page_path
+from playbook.cst.source import Skip
+from playbook.cutile.row_chunks import CHUNKED, rewrite
 from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -89,7 +90,7 @@ def run(x, out):
 def test_registered_with_a_page_and_late_in_the_cutile_memory_bound_order():
     recipe = playbook.get(RID)
     assert recipe.languages == ("cutile",)
-    text = (REPO_ROOT / "playbook" / "pages" / f"{RID}.md").read_text()
+    text = page_path(recipe).read_text()
     assert text.startswith(f"# {RID}\n")
     for section in ("## What it changes", "## When", "## Expected effect", "## Hazards", "## Before / after"):
         assert section in text, section

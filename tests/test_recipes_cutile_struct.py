@@ -32,6 +32,7 @@ import playbook
 from loop.cli import main
 from playbook import next_candidate
 from playbook.analysis import CUTILE_PRIORITY, analyze
+from playbook.base import page_path
 from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def test_registered_with_pages_and_kinds_in_the_cutile_priority_tables():
     assert set(RECIPES) <= ids
     for rid in RECIPES:
         assert playbook.get(rid).languages == ("cutile",)
-        text = (REPO_ROOT / "playbook" / "pages" / f"{rid}.md").read_text()
+        text = page_path(playbook.get(rid)).read_text()
         assert text.startswith(f"# {rid}\n")
         for section in ("## What it changes", "## When", "## Expected effect", "## Hazards", "## Before / after"):
             assert section in text, (rid, section)
@@ -331,11 +332,11 @@ def test_tf32_skips_operands_it_cannot_trace():
 
 
 def test_tf32_is_tried_after_every_first_line_move(monkeypatch):
-    from playbook import base
+    from playbook import base, recipe
 
     base.recipes()
     mine = ("cutile-hint", "cutile-persistent", "cutile-grouped", "cutile-tf32")
-    monkeypatch.setattr(base, "_REGISTRY", {rid: base._REGISTRY[rid] for rid in mine})
+    monkeypatch.setattr(recipe, "_REGISTRY", {rid: recipe._REGISTRY[rid] for rid in mine})
     source = src("matmul")
     an = analyze(source)
     tried, kinds = [], []

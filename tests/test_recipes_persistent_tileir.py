@@ -20,7 +20,7 @@ import pytest
 import playbook
 from playbook.analysis import TRITON_PRIORITY, Analysis, analyze
 from playbook.base import current_keys, next_candidate
-from playbook.persistent import programs_per_sm
+from playbook.triton.persistent import programs_per_sm
 from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from loop.measure.launch import run_worker
 from loop.common.settings import Settings
 from playbook import next_candidate
 from playbook.analysis import BOTTLENECK_ORDER, TRITON_PRIORITY, analyze
-from playbook.whole_row import dedupe
+from playbook.triton.whole_row import dedupe
 from tests.conftest import materialise, section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

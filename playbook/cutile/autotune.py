@@ -32,18 +32,20 @@ from dataclasses import dataclass
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.autotune import _drop_constants
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, global_references,
-                               has_loop, is_attr, is_ct_kernel, kwarg_value, module_int_constants, names_in, params,
-                               parse, walk)
-from playbook.autotune import gemm_tiles
-from playbook.eviction import assignments
+from playbook.cst.aliases import Aliases, aliases, calls, is_attr
+from playbook.cst.constants import drop_constants, module_int_constants
+from playbook.cst.edits import kwarg_value
+from playbook.cst.imports import imports
+from playbook.cst.kernels import cutile_kernels, has_loop, is_ct_kernel, params
+from playbook.cst.names import assignments, global_references, names_in
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cutile.kernels import MMA_OPS
+from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.tiles import gemm_tiles
 
 MAX_CONFIGS = 30  # TileGym: more than 30 configs pushes compile times past 5 minutes
 SPACE_NAME = "_TUNE_SPACES"
 HINTS = ("occupancy", "num_ctas")  # the compiler hints a config may carry
-MMA_OPS = ("mma", "matmul")
 WRITE_OPS = ("store", "scatter")  # plus every ct.atomic_*
 
 
@@ -119,7 +121,7 @@ def space(arch: Arch, knobs: dict[str, int], occupancy: int | None, num_ctas: in
     """The configs of one architecture, at most MAX_CONFIGS. Over budget, occupancy steps go first
     (from the top, down to two values), then num_ctas steps, then tiles from the end; the current
     value of each axis always stays, first. The M, N, K tiles of an MMA kernel also get the large
-    GEMM tiles (playbook.autotune.GEMM_TILES) up to the architecture's largest tile, ahead of the
+    GEMM tiles (playbook.tiles.GEMM_TILES) up to the architecture's largest tile, ahead of the
     doubled ones, so a trimmed space keeps them."""
     tiles = tile_options(tuple(knobs.values()), *arch.tiles)
     large = [t for t in gemm_tiles(list(knobs)) if max(t) <= arch.tiles[1]] if mma else []
@@ -226,13 +228,6 @@ def _module_names(module: cst.Module) -> set[str]:
     return names
 
 
-def _imports(module: cst.Module, name: str) -> bool:
-    """`import <name>` at module level."""
-    return any(isinstance(small, cst.Import) and any(isinstance(a.name, cst.Name) and a.name.value == name
-                                                     and a.asname is None for a in small.names)
-               for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
-
-
 def _hint(kernel: cst.FunctionDef, al: Aliases, name: str) -> int | None:
     dec = next(d for d in kernel.decorators if is_ct_kernel(d, al))
     value = kwarg_value(dec.decorator, name) if isinstance(dec.decorator, cst.Call) else None
@@ -325,9 +320,9 @@ def recognise(module: cst.Module) -> Pattern:
     al = aliases(module)
     if not al.ct:
         raise Skip("needs `import cuda.tile as ct`")
-    if not _imports(module, "torch"):
+    if not imports(module, "torch"):
         raise Skip("needs `import torch` (the tuning helpers read tensor shapes, strides and streams)")
-    if "os" in _module_names(module) and not _imports(module, "os"):
+    if "os" in _module_names(module) and not imports(module, "os"):
         raise Skip("the module binds `os` to something other than the os module")
     kernels = cutile_kernels(module, al)
     if not kernels:
@@ -544,9 +539,9 @@ def rewrite(module: cst.Module, pat: Pattern, spaces: dict[str, Space]) -> str:
         else:
             new_body.append(stmt)
     new = module.with_changes(body=new_body)
-    if not _imports(module, "os"):
+    if not imports(module, "os"):
         new = _add_import_os(new)
-    return checked(_drop_constants(new, set(pat.knobs)).code)
+    return checked(drop_constants(new, set(pat.knobs)).code)
 
 
 def _add_import_os(module: cst.Module) -> cst.Module:

@@ -26,11 +26,13 @@ from typing import Callable
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, is_call, kwarg,
-                               kwarg_value, params, parse, replace, walk)
-from playbook.cutile_schedule import axis_of
-from playbook.eviction import assignments
+from playbook.cst.aliases import aliases, calls, is_call
+from playbook.cst.edits import kwarg, kwarg_value, replace
+from playbook.cst.kernels import cutile_kernels, params
+from playbook.cst.names import assignments
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cutile.kernels import axis_of
+from playbook.recipe import Candidate, PatternRecipe, register
 
 # padding_value of a gather -> the ct.PaddingMode that loads the same value out of bounds
 PADDING = {"0": "ZERO", "0.0": "ZERO", "-0.0": "NEG_ZERO", "math.inf": "POS_INF", "-math.inf": "NEG_INF",

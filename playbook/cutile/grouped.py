@@ -23,11 +23,15 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (PatternRecipe, Skip, add_module_constant, assign_of, calls, checked, ct_kernels,
-                               kwarg_value, parse, per_kernel, proposed, replace, walk)
-from playbook.cutile_schedule import (MMA_OPS, append_args, append_params, axis_of, ct_launch, param, statements,
-                                      variables)
+from playbook.cst.aliases import calls
+from playbook.cst.constants import add_module_constant
+from playbook.cst.edits import kwarg_value, replace
+from playbook.cst.kernels import ct_kernels
+from playbook.cst.names import assign_of
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cutile.kernels import MMA_OPS, append_params, axis_of, param, statements, variables
+from playbook.cutile.launch_site import append_args, ct_launch
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 
 GROUP = "GROUP_SIZE_M"
 GROUP_VALUE = 8

@@ -14,10 +14,9 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cutile_autotune import owned_knobs
-from playbook.cst_util import SetConstant
-from playbook.launch import module_constants
+from playbook.cst.constants import SetConstant, module_int_constants
+from playbook.cutile.autotune import owned_knobs
+from playbook.recipe import Candidate, register
 
 MAX_OCCUPANCY = 32
 MAX_TILE = 4096
@@ -110,7 +109,7 @@ class CuTileHint:
                                      f"occupancy {old} -> {new}: more CTAs resident per SM to hide memory latency; expect "
                                      f"large gains while blocks are latency-bound (one block per SM leaves bandwidth "
                                      f"unused), none once bandwidth saturates or registers run out", code))
-        consts = _LaunchConstants(module_constants(module))
+        consts = _LaunchConstants(module_int_constants(module))
         module.visit(consts)
         for name, value in consts.found.items():
             if value * 2 > MAX_TILE or name in owned:

@@ -1,5 +1,4 @@
-"""Recipe `cutile-persistent` (TileGym playbook B), and the launch-site helpers that it and
-`cutile-grouped` share.
+"""Recipe `cutile-persistent` (TileGym playbook B): a persistent grid.
 
 A fixed grid of min(work, SMs x BLOCKS_PER_SM) blocks, each looping over the work items that the
 original grid gave to separate blocks:
@@ -23,32 +22,26 @@ with the reason.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, PatternRecipe, ReplaceNodes, Skip, add_module_constant, assign_of, calls,
-                               checked, ct_kernels, is_attr, is_call, is_ct_kernel, kwarg_value, module_functions,
-                               module_int_constants, parse, per_kernel, proposed, replace, walk)
-from playbook.eviction import assignments
+from playbook.cst.aliases import Aliases, calls, is_attr
+from playbook.cst.constants import add_module_constant, module_int_constants
+from playbook.cst.edits import ReplaceNodes, kwarg_value, replace
+from playbook.cst.imports import imports
+from playbook.cst.kernels import ct_kernels, is_ct_kernel
+from playbook.cst.names import assign_of, assignments
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cutile.kernels import MMA_OPS, append_params, axis_of, param, statements, variables
+from playbook.cutile.launch_site import append_args, ct_launch
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 
-MMA_OPS = ("mma", "matmul")
 BLOCKS_PER_SM = "BLOCKS_PER_SM"
 MAX_BLOCKS_PER_SM = 32  # cuTile's occupancy hint goes up to 32 as well
 SM_COUNT = "_sm_count"
 
 
-# ----------------------------------------------------------------------------------- source helpers
-
-
-def axis_of(call: cst.BaseExpression, ct: str, *fns: str) -> int | None:
-    """k for `ct.<fn>(k)` with an int literal k, else None."""
-    if (is_call(call, ct, *fns) and len(call.args) == 1 and call.args[0].keyword is None
-            and isinstance(call.args[0].value, cst.Integer)):
-        return int(call.args[0].value.evaluated_value)
-    return None
+# ----------------------------------------------------------------------------------- kernel and module helpers
 
 
 def _axes(fn: cst.FunctionDef, ct: str, name: str) -> list[int]:
@@ -59,17 +52,6 @@ def _axes(fn: cst.FunctionDef, ct: str, name: str) -> list[int]:
             raise Skip(f"{fn.name.value}: ct.{name} with a non-literal axis")
         out.append(axis)
     return out
-
-
-def variables(node: cst.CSTNode) -> set[str]:
-    """Names read or bound under `node`: not attribute names (`ct.bid`) nor keyword names (`index=`)."""
-    skip = set()
-    for n in walk(node):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-    return {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in skip}
 
 
 def _is_linear_bid(value: cst.BaseExpression, ct: str, assigned: dict[str, list[cst.BaseExpression]]) -> bool:
@@ -85,48 +67,6 @@ def _is_linear_bid(value: cst.BaseExpression, ct: str, assigned: dict[str, list[
 
 def _is_one(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer) and int(node.evaluated_value) == 1
-
-
-def statements(text: list[str], comment: str | None = None,
-               leading: list[cst.EmptyLine] | None = None) -> list[cst.BaseStatement]:
-    """Parsed statement lines; the first carries `leading` lines, then `comment` on a line of its own."""
-    stmts = [cst.parse_statement(line + "\n") for line in text]
-    head = list(leading or [])
-    if comment:
-        head.append(cst.EmptyLine(comment=cst.Comment(comment)))
-    if head:
-        stmts[0] = stmts[0].with_changes(leading_lines=head)
-    return stmts
-
-
-def append_params(fn: cst.FunctionDef, new: list[cst.Param]) -> cst.Parameters:
-    plist = list(fn.params.params)
-    if fn.params.posonly_params or fn.params.kwonly_params or isinstance(fn.params.star_arg, cst.Param) \
-            or fn.params.star_kwarg is not None or any(p.default is not None for p in plist) or not plist:
-        raise Skip(f"{fn.name.value} has positional-only, keyword-only, default or * parameters")
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    last = plist[-1]
-    tail = new[-1].with_changes(comma=last.comma) if isinstance(last.comma, cst.Comma) else new[-1]
-    new = [p.with_changes(comma=comma) for p in new[:-1]] + [tail]
-    return fn.params.with_changes(params=[*plist[:-1], last.with_changes(comma=comma), *new])
-
-
-def param(name: str, annotation: str) -> cst.Param:
-    return cst.Param(name=cst.Name(name), annotation=cst.Annotation(
-        annotation=cst.parse_expression(annotation), whitespace_before_indicator=cst.SimpleWhitespace("")))
-
-
-def append_args(args: cst.Tuple, names: list[str]) -> cst.Tuple:
-    elems = list(args.elements)
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    new = [cst.Element(cst.Name(n)) for n in names]
-    if elems:
-        last = elems[-1]
-        if isinstance(last.comma, cst.Comma) and len(elems) > 1:  # keep a trailing comma where it was
-            new[-1] = new[-1].with_changes(comma=last.comma)
-        elems[-1] = last.with_changes(comma=comma)
-    new = [e.with_changes(comma=comma) for e in new[:-1]] + [new[-1]]
-    return args.with_changes(elements=[*elems, *new])
 
 
 def _import_functools(module: cst.Module) -> cst.Module:
@@ -153,60 +93,6 @@ def _import_functools(module: cst.Module) -> cst.Module:
     body[at] = first.with_changes(leading_lines=[] if stdlib else [cst.EmptyLine()])
     body.insert(at, new)
     return module.with_changes(body=body)
-
-
-# ----------------------------------------------------------------------------------- launches
-
-
-@dataclass(frozen=True)
-class CtLaunch:
-    """Where a kernel is launched: `ct.launch(stream, grid, kernel, (args...))` as a statement, or
-    a launch plan `return (grid, kernel, (args...), ...)` (the form cutile-autotune writes)."""
-    wrapper: cst.FunctionDef
-    stmt: cst.SimpleStatementLine  # the statement holding it, one of the wrapper's body
-    grid_node: cst.BaseExpression  # the grid as written there (a tuple, or a name)
-    grid: tuple[cst.BaseExpression, ...]  # the grid's extents
-    grid_stmt: cst.SimpleStatementLine | None  # `grid = (...)` when the launch names its grid
-    args: cst.Tuple
-
-
-def _launch_parts(node: cst.CSTNode, ct: str, kernel: str) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """(grid, args) when `node` launches (or plans the launch of) `kernel`."""
-    if is_call(node, ct, "launch") and len(node.args) >= 4:
-        parts = [a.value for a in node.args[1:4]]
-    elif isinstance(node, cst.Tuple) and len(node.elements) >= 3:
-        parts = [e.value for e in node.elements[:3]]
-    else:
-        return None
-    if isinstance(parts[1], cst.Name) and parts[1].value == kernel:
-        return parts[0], parts[2]
-    return None
-
-
-def ct_launch(module: cst.Module, ct: str, kernel: str) -> CtLaunch:
-    """The one launch of `kernel` in a module-level function, or Skip with the reason."""
-    found = [(fn, node, parts) for fn in module_functions(module) for node in walk(fn.body)
-             if (parts := _launch_parts(node, ct, kernel)) is not None]
-    if len(found) != 1:
-        raise Skip(f"{kernel} is launched {len(found)} times (one ct.launch or launch plan expected)")
-    fn, node, (grid_node, args) = found[0]
-    stmt = next((s for s in fn.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and (
-        isinstance(s.body[0], cst.Expr) and s.body[0].value is node
-        or isinstance(s.body[0], cst.Return) and s.body[0].value is node)), None)
-    if stmt is None:
-        raise Skip(f"the launch of {kernel} is not a statement (or `return`) of its own in {fn.name.value}")
-    if not isinstance(args, cst.Tuple):
-        raise Skip(f"the arguments of {kernel} are not a tuple literal in its launch")
-    grid, grid_stmt = grid_node, None
-    if isinstance(grid, cst.Name):
-        bound = [s for s in fn.body.body if assign_of(s) and assign_of(s)[0] == grid.value]
-        reads = [n for n in walk(fn.body) if isinstance(n, cst.Name) and n.value == grid.value]
-        if len(bound) != 1 or len(assignments(fn).get(grid.value, [])) != 1 or len(reads) != 2:
-            raise Skip(f"the grid `{grid.value}` of {kernel} is not one tuple used only by the launch")
-        grid_stmt, grid = bound[0], assign_of(bound[0])[1]
-    if not isinstance(grid, cst.Tuple) or not 1 <= len(grid.elements) <= 3:
-        raise Skip(f"the grid of {kernel} is not a tuple literal of 1 to 3 extents")
-    return CtLaunch(fn, stmt, grid_node, tuple(e.value for e in grid.elements), grid_stmt, args)
 
 
 # ----------------------------------------------------------------------------------- persistent
@@ -281,7 +167,7 @@ class CuTilePersistent(PatternRecipe):
             raise Skip(f"the module already uses {', '.join(sorted(clash))}")
         if "functools" in module_names and not _imports_functools(module):
             raise Skip("`functools` names something other than the module")
-        if not _imports(module, "torch"):
+        if not imports(module, "torch"):
             raise Skip("needs `import torch` (the SM count comes from torch.cuda.get_device_properties)")
 
         docstring, body = _body_split(fn)
@@ -391,15 +277,9 @@ def _code(node: cst.BaseExpression) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
-def _imports(module: cst.Module, top: str) -> bool:
-    return any(isinstance(s, cst.SimpleStatementLine) and any(
-        isinstance(x, cst.Import) and any(isinstance(n.name, cst.Name) and n.name.value == top and n.asname is None
-                                          for n in x.names) for x in s.body) for s in module.body)
-
-
 def _has_sm_count(module: cst.Module) -> bool:
     return any(isinstance(s, cst.FunctionDef) and s.name.value == SM_COUNT for s in module.body)
 
 
 def _imports_functools(module: cst.Module) -> bool:
-    return _imports(module, "functools")
+    return imports(module, "functools")

@@ -33,9 +33,14 @@ from dataclasses import dataclass
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, PatternRecipe, Skip, assign_of, checked, ct_kernels, global_references, is_call,
-                               module_functions, params, parse, replace, walk)
+from playbook.cst.aliases import Aliases, is_call
+from playbook.cst.edits import replace
+from playbook.cst.imports import imports
+from playbook.cst.kernels import ct_kernels, module_functions, params
+from playbook.cst.names import assign_of, global_references
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cst.templates import Rename, match, template, without_docstring
+from playbook.recipe import Candidate, PatternRecipe, register
 
 CHUNK = "CHUNK"
 CHUNK_COLS = 1024  # columns per chunk: 8 fp32 values per thread at 128 threads, whatever the row width
@@ -181,92 +186,6 @@ TEMPLATE_FREE = ("ct", "int", "float")  # names the templates read without bindi
 NEW_FREE = ("math", "range", "min")  # names the chunked forms read from the module or builtins
 
 
-# ----------------------------------------------------------------------------------- matching
-
-_NOISE = (cst.BaseParenthesizableWhitespace, cst.EmptyLine, cst.TrailingWhitespace, cst.Newline, cst.Comment,
-          cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.Comma, cst.AssignEqual,
-          cst.Colon, cst.Dot, cst.Semicolon)
-
-
-def _tokens(node: cst.CSTNode, out: list, names: list[str]) -> None:
-    """The structure of `node` as a flat token list: node types, literal values, attribute and
-    keyword names as they are; every other name goes to `names` (in source order) as a placeholder.
-    Formatting, comments and parentheses leave no token."""
-    if isinstance(node, _NOISE):
-        return
-    if isinstance(node, cst.Name):
-        out.append("Name")
-        names.append(node.value)
-        return
-    if isinstance(node, cst.Attribute):
-        out.append("Attribute")
-        _tokens(node.value, out, names)
-        out.append(("attr", node.attr.value))
-        return
-    if isinstance(node, cst.Arg):
-        out.append(("Arg", node.keyword.value if node.keyword else None, node.star))
-        _tokens(node.value, out, names)
-        return
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
-        out.append((type(node).__name__, node.evaluated_value))
-        return
-    if isinstance(node, cst.FunctionDef):  # its name and decorators are not part of the pattern
-        out.append("FunctionDef")
-        _tokens(node.params, out, names)
-        _tokens(node.body, out, names)
-        return
-    out.append(type(node).__name__)
-    for child in node.children:
-        _tokens(child, out, names)
-
-
-def _without_docstring(fn: cst.FunctionDef) -> tuple[cst.FunctionDef, list]:
-    body = list(fn.body.body)
-    doc = []
-    if (body and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1
-            and isinstance(body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString)):
-        doc = [body.pop(0)]
-    return fn.with_changes(body=fn.body.with_changes(body=body)), doc
-
-
-def _template(code: str) -> cst.FunctionDef:
-    fn = cst.parse_module(code.lstrip("\n")).body[0]
-    assert isinstance(fn, cst.FunctionDef)
-    return fn
-
-
-def match(template: cst.FunctionDef, fn: cst.FunctionDef) -> dict[str, str] | None:
-    """Placeholder name -> the function's name, when `fn` has exactly the template's structure with
-    its names renamed one to one; None otherwise."""
-    t_tokens, t_names, f_tokens, f_names = [], [], [], []
-    _tokens(template, t_tokens, t_names)
-    _tokens(fn, f_tokens, f_names)
-    if t_tokens != f_tokens:
-        return None
-    forward: dict[str, str] = {}
-    backward: dict[str, str] = {}
-    for t, f in zip(t_names, f_names):
-        if forward.setdefault(t, f) != f or backward.setdefault(f, t) != t:
-            return None
-    return forward
-
-
-class _Rename(cst.CSTTransformer):
-    """Renames variables (not attribute or keyword names)."""
-
-    def __init__(self, mapping: dict[str, str]):
-        self.mapping = mapping
-
-    def leave_Name(self, original, updated):
-        return updated.with_changes(value=self.mapping.get(original.value, original.value))
-
-    def leave_Attribute(self, original, updated):
-        return updated.with_changes(attr=original.attr)
-
-    def leave_Arg(self, original, updated):
-        return updated.with_changes(keyword=original.keyword)
-
-
 # ----------------------------------------------------------------------------------- the launch
 
 
@@ -327,7 +246,7 @@ def _check_width(module: cst.Module, site: Site, mapping: dict[str, str], kernel
             and tile.args[0].keyword is None and isinstance(tile.args[0].value, cst.Name)):
         raise Skip(f"the argument for {mapping['TILE_N']} is not next_power_of_2(cols)")
     helper = _module_function(module, tile.func.value)
-    if helper is None or match(_template(NEXT_POW2), _without_docstring(helper)[0].with_changes(decorators=())) is None:
+    if helper is None or match(template(NEXT_POW2), without_docstring(helper)[0].with_changes(decorators=())) is None:
         raise Skip(f"{tile.func.value} is not a module function returning 1 << (n - 1).bit_length()")
     cols = tile.args[0].value.value
     x = arg[mapping["x"]]
@@ -407,12 +326,6 @@ def _module_names(module: cst.Module) -> set[str]:
     return set(global_references(module))
 
 
-def _imports_module(module: cst.Module, name: str) -> bool:
-    return any(isinstance(small, cst.Import) and any(isinstance(a.name, cst.Name) and a.name.value == name
-                                                     and a.asname is None for a in small.names)
-               for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
-
-
 def rewrite(source: str, chunk: int = CHUNK_COLS) -> tuple[str, str, str]:
     """(new source, op, kernel name) of the chunked rewrite; raises Skip with the reason."""
     module = parse(source)
@@ -422,9 +335,9 @@ def rewrite(source: str, chunk: int = CHUNK_COLS) -> tuple[str, str, str]:
     (name, kernel), = kernels.items()
     if CHUNK in _module_names(module):
         raise Skip(f"{CHUNK} is already a module-level name (already chunked?)")
-    bare, doc = _without_docstring(kernel)
+    bare, doc = without_docstring(kernel)
     op, mapping = next(((op, m) for op, code in WHOLE_ROW.items()
-                        if (m := match(_template(code), bare)) is not None), (None, None))
+                        if (m := match(template(code), bare)) is not None), (None, None))
     if op is None:
         looped = any(isinstance(n, (cst.For, cst.While)) for n in walk(bare.body))
         raise Skip(f"{name} is not one of the whole-row forms this recipe can prove equivalent "
@@ -433,7 +346,7 @@ def rewrite(source: str, chunk: int = CHUNK_COLS) -> tuple[str, str, str]:
     for free in TEMPLATE_FREE:
         if free in mapping and mapping[free] != (al.ct if free == "ct" else free):
             raise Skip(f"{name}: {mapping[free]} stands where the form has {free}")
-    chunked = _template(CHUNKED[op])
+    chunked = template(CHUNKED[op])
     new_names = {n.value for n in walk(chunked) if isinstance(n, cst.Name)} - set(mapping) - {CHUNK}
     own = set(mapping.values())
     clash = sorted((new_names & own) | ({CHUNK} & own))
@@ -441,7 +354,7 @@ def rewrite(source: str, chunk: int = CHUNK_COLS) -> tuple[str, str, str]:
         raise Skip(f"{name}: the chunked form needs the names {', '.join(clash)}, which the kernel uses")
     module_names = _module_names(module)
     shadowed = sorted(n for n in NEW_FREE if n in new_names and n in module_names
-                      and not (n == "math" and _imports_module(module, "math")))
+                      and not (n == "math" and imports(module, "math")))
     if shadowed:
         raise Skip(f"module-level {', '.join(shadowed)} would shadow what the chunked form reads")
 
@@ -449,7 +362,7 @@ def rewrite(source: str, chunk: int = CHUNK_COLS) -> tuple[str, str, str]:
     site = _launch_site(module, al, name)
     helper = _check_width(module, site, mapping, kernel_params, name)
 
-    renamed = chunked.visit(_Rename({t: k for t, k in mapping.items() if t != "TILE_N"}))
+    renamed = chunked.visit(Rename({t: k for t, k in mapping.items() if t != "TILE_N"}))
     body = renamed.body.with_changes(body=[*doc, *renamed.body.body])
     new_kernel = kernel.with_changes(params=renamed.params, body=body)
     tile_arg = site.args.elements[kernel_params.index(mapping["TILE_N"])]
@@ -464,7 +377,7 @@ def rewrite(source: str, chunk: int = CHUNK_COLS) -> tuple[str, str, str]:
             body[at] = body[at].with_changes(leading_lines=gone.leading_lines)
         module = module.with_changes(body=body)
     module = _add_constant(module, CHUNK, chunk, "columns per chunk of the row loop")
-    if "math" in new_names and not _imports_module(module, "math"):
+    if "math" in new_names and not imports(module, "math"):
         module = _import_stdlib(module, "math")
     return checked(module.code), op, name
 

@@ -25,11 +25,13 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (PatternRecipe, Skip, aliases, calls, checked, cutile_kernels, is_attr, is_call, params,
-                               parse, per_kernel, proposed, replace, walk)
-from playbook.cutile_schedule import MMA_OPS, variables
-from playbook.eviction import assignments
+from playbook.cst.aliases import aliases, calls, is_attr, is_call
+from playbook.cst.edits import replace
+from playbook.cst.kernels import cutile_kernels, params
+from playbook.cst.names import assignments
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cutile.kernels import MMA_OPS, variables
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 
 SHAPE_METHODS = ("reshape", "transpose", "permute")
 

@@ -28,13 +28,17 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, above_jit, calls, checked, global_references,
-                               has_loop, int_value, is_constexpr, is_triton_decorator, leading_blank_trim,
-                               module_int_constants, names_in, only_launch, params, parse, per_kernel, proposed,
-                               replace, triton_aliases, triton_kernels, triton_launches, walk)
+from playbook.cst.aliases import Aliases, calls
+from playbook.cst.constants import drop_constants, int_value, module_int_constants
+from playbook.cst.edits import replace
+from playbook.cst.kernels import (above_jit, has_loop, is_constexpr, is_triton_decorator, params, triton_aliases,
+                                  triton_kernels)
+from playbook.cst.launches import Launch, bound_args, only_launch, triton_launches
+from playbook.cst.names import global_references, names_in
+from playbook.cst.source import Skip, checked, parse, walk
 from playbook.hazards import scan
-from playbook.persistent_loop import bound_args
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
+from playbook.tiles import gemm_tiles
 
 MAX_CONFIGS = 24
 BLOCK_LIMIT_1D = 16384  # one block constexpr: elements per program
@@ -130,37 +134,6 @@ def _literal(node: cst.BaseExpression) -> bool:
 
 
 # ----------------------------------------------------------------------------------- space
-
-
-# The large tiles of a GEMM on Hopper-class GPUs (M x N x K): the Triton tutorial's matmul
-# configs and the NVIDIA skill's DOT template both lead with 128x256x64 and 256x128x64, which
-# doubling a first version's 64x64x32 once per dimension never reaches.
-GEMM_TILES = ((128, 256, 64), (256, 128, 64))
-# Dot kernels with M and N blocks only (the reduction dimension fixed, as flash attention's head
-# dimension): the Triton fused-attention tutorial's Hopper configs lead with 128x64 and 128x128
-# query x key tiles. On an H200 the reference attention, tuned over 32-64 tiles only, ended at
-# 0.69x (Triton) and 0.66x (cuTile) of torch.compile (suite of 2026-11-22).
-DOT2_TILES = ((128, 64), (128, 128))
-
-
-def gemm_tiles(names: list[str]) -> list[tuple[int, ...]]:
-    """The large tiles in the order of `names`: GEMM_TILES when those are exactly the M, N and K
-    block constexprs (BLOCK_M / BLOCK_SIZE_N / ..._K, in any order), DOT2_TILES when they are
-    exactly M and N; no tiles otherwise."""
-    pos = {n.rsplit("_", 1)[-1]: i for i, n in enumerate(names) if "_" in n}
-    if len(names) == 3 and set(pos) == {"M", "N", "K"}:
-        tiles, axes = GEMM_TILES, "MNK"
-    elif len(names) == 2 and set(pos) == {"M", "N"}:
-        tiles, axes = DOT2_TILES, "MN"
-    else:
-        return []
-    out = []
-    for tile in tiles:
-        placed = [0] * len(names)
-        for axis, v in zip(axes, tile):
-            placed[pos[axis]] = v
-        out.append(tuple(placed))
-    return out
 
 
 def block_space(values: list[int], wide: bool = False, names: list[str] | None = None) -> list[tuple[int, ...]]:
@@ -371,30 +344,9 @@ class TritonAutotune(PatternRecipe):
 
         mapping[fn] = above_jit(deco_src, al)
         new_module = replace(module, mapping)
-        new_module = _drop_constants(new_module, removable)
+        new_module = drop_constants(new_module, removable)
         code = checked(new_module.code)
         space = " x ".join([("/".join(kws) if len(kws) > 1 else kws[0]), "num_warps"] + (["num_stages"] if stages else []))
         return Candidate(self.id, "autotune", f"{self.id}:{name}",
                          f"{name}: @triton.autotune over {space} ({n_configs} configs, key {', '.join(key)})",
                          HYPOTHESIS.format(kernel=name, space=space, n=n_configs, key=", ".join(key)), code)
-
-
-def _drop_constants(module: cst.Module, names: set[str]) -> cst.Module:
-    """Remove module-level `NAME = <int>` lines for `names` that nothing reads any more."""
-    body = list(module.body)
-    references = global_references(module)
-    out: list[cst.CSTNode] = []
-    carry: list[cst.EmptyLine] = []
-    for stmt in body:
-        if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-                and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)
-                and stmt.body[0].targets[0].target.value in names and stmt.trailing_whitespace.comment is None):
-            if not references.get(stmt.body[0].targets[0].target.value):
-                carry.extend(stmt.leading_lines)
-                continue
-        if carry:
-            stmt = stmt.with_changes(leading_lines=leading_blank_trim([*carry, *stmt.leading_lines]))
-            carry = []
-        out.append(stmt)
-    return module.with_changes(body=out)
-

@@ -17,52 +17,14 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (PatternRecipe, Skip, add_kwarg, aliases, calls, checked, has_kwarg, is_call, names_in,
-                               params, parse, replace, triton_kernels, walk)
+from playbook.cst.aliases import aliases, calls, is_call
+from playbook.cst.edits import add_kwarg, has_kwarg, replace
+from playbook.cst.kernels import params, triton_kernels
+from playbook.cst.names import assignments, depends_on
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.recipe import Candidate, PatternRecipe, register
 
 POLICY = "evict_first"
-
-
-def assignments(fn: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
-    """Every expression assigned to each local name (plain, augmented, for-loop targets)."""
-    out: dict[str, list[cst.BaseExpression]] = {}
-    for node in walk(fn.body):
-        if isinstance(node, cst.Assign):
-            for t in node.targets:
-                for name in _target_names(t.target):
-                    out.setdefault(name, []).append(node.value)
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
-            for name in _target_names(node.target):
-                out.setdefault(name, []).append(node.value)
-        elif isinstance(node, cst.For):
-            for name in _target_names(node.target):
-                out.setdefault(name, []).append(node.iter)
-    return out
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
-
-
-def depends_on(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], roots: set[str]) -> bool:
-    """Whether `expr` reads (through local assignments) a name in `roots`."""
-    seen: set[str] = set()
-    todo = list(names_in(expr))
-    while todo:
-        name = todo.pop()
-        if name in roots:
-            return True
-        if name in seen:
-            continue
-        seen.add(name)
-        for value in assigned.get(name, []):
-            todo.extend(names_in(value))
-    return False
 
 
 def base_pointer(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]],

@@ -13,8 +13,10 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import PatternRecipe, Skip, aliases, checked, parse, triton_kernels
+from playbook.cst.aliases import aliases
+from playbook.cst.kernels import triton_kernels
+from playbook.cst.source import Skip, checked, parse
+from playbook.recipe import Candidate, PatternRecipe, register
 
 LOG2E = "1.4426950408889634"
 

@@ -25,10 +25,14 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (PatternRecipe, Skip, add_kwarg, add_module_constant, aliases, assign_of, calls, checked,
-                               is_call, names_in, only_launch, params, parse, per_kernel, proposed, replace,
-                               triton_kernels, triton_launches, walk)
+from playbook.cst.aliases import aliases, calls, is_call
+from playbook.cst.constants import add_module_constant
+from playbook.cst.edits import add_kwarg, replace
+from playbook.cst.kernels import params, triton_kernels
+from playbook.cst.launches import only_launch, triton_launches
+from playbook.cst.names import assign_of, names_in
+from playbook.cst.source import Skip, checked, parse, walk
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 
 GROUP = "GROUP_SIZE_M"
 GROUP_VALUE = 8

@@ -20,9 +20,13 @@ from dataclasses import dataclass
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (SetConstant, add_kwarg, aliases, has_kwarg, has_loop, replace, triton_kernels,
-                               triton_launches, walk)
+from playbook.cst.aliases import aliases
+from playbook.cst.constants import SetConstant, module_int_constants
+from playbook.cst.edits import add_kwarg, has_kwarg, replace
+from playbook.cst.kernels import has_loop, triton_kernels
+from playbook.cst.launches import triton_launches
+from playbook.cst.source import walk
+from playbook.recipe import Candidate, register
 
 LIMITS = {"num_warps": 16, "num_stages": 5, "block": 16384}
 DEFAULT_NUM_STAGES = 3  # Triton 3.6: CUDAOptions.num_stages, and TileIROptions.num_stages in nvtriton
@@ -67,17 +71,6 @@ class _Collect(cst.CSTVisitor):
             kind = _kind(kw, value)
             if kind and kw not in self.sites:
                 self.sites[kw] = Site(kw, kind, value, const)
-
-
-def module_constants(module: cst.Module) -> dict[str, int]:
-    out = {}
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if (isinstance(small, cst.Assign) and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Integer)):
-                    out[small.targets[0].target.value] = int(small.value.evaluated_value)
-    return out
 
 
 class _SetLiteral(cst.CSTTransformer):
@@ -150,7 +143,7 @@ class LaunchParam:
 
     def sites(self, source: str) -> list[Site]:
         module = cst.parse_module(source)
-        collector = _Collect(module_constants(module))
+        collector = _Collect(module_int_constants(module))
         module.visit(collector)
         return list(collector.sites.values())
 

@@ -32,7 +32,7 @@ items), that use `tl.atomic_cas` / `tl.atomic_xchg` (a program may spin on an it
 itself), that reassign a parameter (`x_ptr += ...` would carry over to the next item), that are
 already persistent, whose program ids reach helper functions, whose grid is not a tuple of 1-3
 sizes or reads a name the wrapper reassigns, or that are launched more than once. The kernel side
-of the rewrite lives in playbook/persistent_loop.py.
+of the rewrite lives in playbook/triton/persistent_loop.py.
 """
 
 from __future__ import annotations
@@ -42,14 +42,17 @@ import sys
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, SetConstant, Skip, add_kwarg, calls, checked, int_value,
-                               is_constexpr, module_functions, module_int_constants, names_in, only_launch, params,
-                               parse, per_kernel, proposed, replace, triton_aliases, triton_kernels, triton_launches,
-                               walk)
-from playbook.persistent_loop import (WRAPPER_INDENT, Grid, Translator, bound_args, code_of, plan_kernel, resolve_grid,
-                                      simple_assign)
-from playbook.whole_row import SUFFIX as WHOLE_ROW_SUFFIX
+from playbook.cst.aliases import Aliases, calls
+from playbook.cst.constants import SetConstant, int_value, module_int_constants
+from playbook.cst.edits import add_kwarg, replace
+from playbook.cst.imports import import_alias
+from playbook.cst.kernels import is_constexpr, module_functions, params, triton_aliases, triton_kernels
+from playbook.cst.launches import Launch, bound_args, only_launch, triton_launches
+from playbook.cst.names import assign_of, names_in
+from playbook.cst.source import Skip, checked, code_of, parse, walk
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
+from playbook.triton.persistent_loop import WRAPPER_INDENT, Grid, Translator, plan_kernel, resolve_grid
+from playbook.triton.whole_row import SUFFIX as WHOLE_ROW_SUFFIX
 
 CONSTANT = "PROGRAMS_PER_SM"
 HELPER = "_num_sms"
@@ -66,18 +69,6 @@ def programs_per_sm(num_warps: int, dot: bool) -> int:
 
 
 # ----------------------------------------------------------------------------------- the host side
-
-
-def import_alias(module: cst.Module, name: str) -> str | None:
-    """The local name of a top-level `import name [as alias]`."""
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        if isinstance(alias.name, cst.Name) and alias.name.value == name:
-                            return alias.asname.name.value if alias.asname is not None else name
-    return None
 
 
 def _launch_num_warps(launch: Launch, constants: dict[str, int]) -> int:
@@ -208,7 +199,7 @@ def _add_module_parts(module: cst.Module, wrapper: str, programs: int, warps: in
     module, ft, th = _imports(module)
     body = list(module.body)
     first_def = next((i for i, s in enumerate(body) if isinstance(s, (cst.FunctionDef, cst.ClassDef))), len(body))
-    consts = [i for i, s in enumerate(body[:first_def]) if simple_assign(s) and simple_assign(s)[0].isupper()]
+    consts = [i for i, s in enumerate(body[:first_def]) if assign_of(s) and assign_of(s)[0].isupper()]
     imports = [i for i, s in enumerate(body[:first_def]) if isinstance(s, cst.SimpleStatementLine)
                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
     why = "dot tiles, registers" if dot else "warp slots"

@@ -1,5 +1,5 @@
 """The kernel side of `triton-persistent`: a launch's grid in kernel terms, and the kernel body
-rewritten into a loop over its work items (see playbook/persistent.py for the recipe).
+rewritten into a loop over its work items (see playbook/triton/persistent.py for the recipe).
 
 `plan_kernel` decides, statement by statement, what becomes of the body: the statements that
 name the program ids (`row = tl.program_id(0)`) become the loop variable or are decoded from it,
@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from playbook.cst_util import (Aliases, Launch, Skip, assigned_names, calls, is_call, is_constexpr, names_in, params,
-                               walk)
-from playbook.eviction import assignments
+from playbook.cst.aliases import Aliases, calls, is_call
+from playbook.cst.kernels import is_constexpr, params
+from playbook.cst.launches import Launch, bound_args
+from playbook.cst.names import assign_of, assigned_names, assignments, names_in
+from playbook.cst.source import Skip, code_of, walk
 
 HOISTABLE = {"arange", "cdiv", "minimum", "maximum", "multiple_of", "max_contiguous", "full", "zeros"}
 SPINNING = ("atomic_cas", "atomic_xchg")  # flags and locks between programs
@@ -26,13 +28,6 @@ OP_TEXT = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.FloorDivide: 
 
 
 # ----------------------------------------------------------------------------------- small helpers
-
-
-def code_of(node: cst.CSTNode) -> str:
-    """The source of an expression, without its outer parentheses."""
-    if hasattr(node, "lpar"):
-        node = node.with_changes(lpar=[], rpar=[])
-    return cst.Module([]).code_for_node(node)
 
 
 def _unparen(code: str) -> str:
@@ -47,14 +42,6 @@ def program_axis(call: cst.Call) -> int | None:
         return None
     value = call.args[0].value
     return int(value.evaluated_value) if isinstance(value, cst.Integer) else None
-
-
-def simple_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """(name, value) of a statement line `name = value`."""
-    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
-        return stmt.body[0].targets[0].target.value, stmt.body[0].value
-    return None
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:
@@ -72,20 +59,6 @@ def is_persistent(fn: cst.FunctionDef, tl: str) -> bool:
 
 
 # ----------------------------------------------------------------------------------- the grid
-
-
-def bound_args(launch: Launch, pnames: list[str]) -> list[tuple[str, cst.BaseExpression]]:
-    """(kernel parameter, launch argument) pairs: positional ones up to the first `*args`, then keywords."""
-    out, positional = [], True
-    for i, arg in enumerate(launch.call.args):
-        if arg.keyword is not None:
-            if arg.keyword.value in pnames:
-                out.append((arg.keyword.value, arg.value))
-        elif arg.star or i >= len(pnames):
-            positional = False  # parameter positions past *args are unknown
-        elif positional:
-            out.append((pnames[i], arg.value))
-    return out
 
 
 @dataclass(frozen=True)
@@ -245,7 +218,7 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
     drop: set[int] = set()
     size_stmt: dict[int, int] = {}  # axis -> index of its `x = tl.num_programs(a)` statement
     for i, stmt in enumerate(stmts):
-        a = simple_assign(stmt)
+        a = assign_of(stmt)
         if a is None or not once(a[0]):
             continue
         if is_call(a[1], tl, "program_id") and program_axis(a[1]) not in pid:
@@ -263,7 +236,7 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
     loop_var = pid[0] if n == 1 else None
     if n == 2:
         for i, stmt in enumerate(stmts):
-            a = simple_assign(stmt)
+            a = assign_of(stmt)
             if a and i not in drop and once(a[0]) and _linear_pid(a[1], tl, size[0]):
                 loop_var = a[0]
                 own.add(a[0])
@@ -311,7 +284,7 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
             hoisted.append(stmt.with_changes(body=[stmt.body[0].with_changes(value=cst.parse_expression(bounds[axis]))]))
             continue
         new = stmt.visit(replacer)
-        a = simple_assign(new)
+        a = assign_of(new)
         if a and once(a[0]) and not (names_in(a[1]) & tainted) and _hoistable(new):
             hoisted.append(new)
         else:

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from playbook.cst_util import Aliases, Skip, is_call, is_constexpr, params, walk
+from playbook.cst.aliases import Aliases, is_call
+from playbook.cst.kernels import is_constexpr, params
+from playbook.cst.names import assign_of
+from playbook.cst.source import Skip, walk
 
 
 # ----------------------------------------------------------------------------------- expressions
@@ -93,14 +96,6 @@ def free_names(node: cst.CSTNode) -> list[str]:
     return [n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in skip and n.value != "None"]
 
 
-def assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """(name, value) for a statement line `name = value`."""
-    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
-        return stmt.body[0].targets[0].target.value, stmt.body[0].value
-    return None
-
-
 def _bindings(fn: cst.FunctionDef) -> Counter:
     """How often each name is bound in the kernel (assignments, augmented ones, loop targets)."""
     out: Counter = Counter()
@@ -157,7 +152,7 @@ class KernelBlocks:
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
                 if self.bound[node.targets[0].target.value] == 1:
                     self.values[node.targets[0].target.value] = node.value
-        self.top = {a[0]: s for s in fn.body.body if (a := assign(s))}  # `name = value` statements of the body
+        self.top = {a[0]: s for s in fn.body.body if (a := assign_of(s))}  # `name = value` statements of the body
         self.parent: dict[cst.CSTNode, cst.CSTNode] = {}
         for node in walk(fn):
             for child in node.children:
@@ -194,7 +189,7 @@ class KernelBlocks:
         stmt = self.top.get(index.value)
         if stmt is None or self.bound[index.value] != 1:
             raise Skip(f"{block}: `{index.value}` is not assigned once at the top of the kernel (it moves in a loop?)")
-        terms = _terms(assign(stmt)[1])
+        terms = _terms(assign_of(stmt)[1])
         ranges = [t for t in terms if is_call(t, self.tl, "arange")]
         if len(ranges) != 1 or len(ranges[0].args) != 2 or norm(ranges[0].args[0].value) != "0":
             raise Skip(f"{block}: `{index.value}` is not `start + {self.tl}.arange(0, BLOCK)`")
@@ -214,7 +209,7 @@ class KernelBlocks:
                 and n.target.value == name]
         if stmt is None or self.bound[name] != 1 + len(incs):
             raise Skip(f"`{name}` is not assigned once in the kernel body")
-        blk = self.block(assign(stmt)[1], f"`{name}`")
+        blk = self.block(assign_of(stmt)[1], f"`{name}`")
         blk.name, blk.statement = name, stmt
         if incs:
             self.advance(blk, incs)

@@ -22,8 +22,9 @@ dimension, which odd shapes (K = 65 in fp16) and transposed views do not have. S
 a twin kernel `<kernel>_tma` and the wrapper launches it only when every descriptor's tensor and
 strides qualify, checked on the very arguments of the launch; otherwise it launches the original
 kernel, unchanged. Masks and `other=0` go: descriptor bounds give the same zeros and the same
-clipped stores. Accesses the recipe does not recognise (playbook/pointer_blocks.py says which it
-does) stay pointer accesses in the twin; with none recognised it proposes nothing and says why.
+clipped stores. Accesses the recipe does not recognise (playbook/triton/pointer_blocks.py says
+which it does) stay pointer accesses in the twin; with none recognised it proposes nothing and
+says why.
 """
 
 from __future__ import annotations
@@ -34,12 +35,16 @@ from dataclasses import dataclass
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, ShiftContinuation, Skip, checked, is_call,
-                               module_functions, only_launch, params, parse, per_kernel, proposed, replace,
-                               triton_aliases, triton_kernels, triton_launches, walk)
+from playbook.cst.aliases import Aliases, is_call
+from playbook.cst.edits import ShiftContinuation, replace
+from playbook.cst.imports import import_alias
+from playbook.cst.kernels import module_functions, params, triton_aliases, triton_kernels
+from playbook.cst.launches import Launch, only_launch, triton_launches
+from playbook.cst.names import assign_of
+from playbook.cst.source import Skip, checked, parse, walk
 from playbook.hazards import scan
-from playbook.pointer_blocks import Block, KernelBlocks, assign, code, free_names, norm
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
+from playbook.triton.pointer_blocks import Block, KernelBlocks, code, free_names, norm
 
 SUFFIX = "_tma"
 READY = "_tma_ready"
@@ -98,7 +103,7 @@ class _Strip(cst.CSTTransformer):
         self.names = names
 
     def leave_SimpleStatementLine(self, original, updated):
-        a = assign(updated)
+        a = assign_of(updated)
         return cst.RemoveFromParent() if a and a[0] in self.names else updated
 
     def leave_IndentedBlock(self, original, updated):
@@ -116,7 +121,7 @@ def _drop_dead(fn: cst.FunctionDef, before: Counter, tl: str) -> cst.FunctionDef
     """Remove pure assignments the rewrite left unread (read before, unread now), until none is left."""
     while True:
         now = _reads(fn)
-        dead = {a[0] for node in walk(fn.body) if (a := assign(node)) and before[a[0]] and not now[a[0]]
+        dead = {a[0] for node in walk(fn.body) if (a := assign_of(node)) and before[a[0]] and not now[a[0]]
                 and all(is_call(n, tl, *PURE_TL) for n in walk(a[1]) if isinstance(n, cst.Call))}
         if not dead:
             return fn
@@ -133,17 +138,6 @@ def _desc_name(block: str, taken: set[str]) -> str:
     while name in taken:
         name = f"{name}_"
     return name
-
-
-def _torch_alias(module: cst.Module) -> str | None:
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Import):
-                    for n in small.names:
-                        if isinstance(n.name, cst.Name) and n.name.value == "torch":
-                            return n.asname.name.value if n.asname is not None else "torch"
-    return None
 
 
 def _add_import_torch(module: cst.Module) -> cst.Module:
@@ -303,7 +297,7 @@ class TritonTensorDescriptor(PatternRecipe):
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == fn.name.value)
         body.insert(at + 1, twin)
         defined = {s.name.value for s in body if isinstance(s, cst.FunctionDef)}
-        torch = _torch_alias(module)
+        torch = import_alias(module, "torch")
         if not {READY, SCRATCH} <= defined:
             if {READY, SCRATCH} & defined:
                 raise Skip(f"the module defines one of {READY} and {SCRATCH} but not the other")

@@ -32,12 +32,15 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.autotune import UNSUPPORTED_LAUNCH_OPTIONS, _drop_constants, tuning_key
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, Skip, above_jit, calls, checked, int_value,
-                               is_triton_decorator, kwarg_value, module_functions, module_int_constants, parse,
-                               remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches)
+from playbook.cst.aliases import Aliases, calls
+from playbook.cst.constants import drop_constants, int_value, module_int_constants
+from playbook.cst.edits import kwarg_value, remove_kwargs, replace
+from playbook.cst.kernels import above_jit, is_triton_decorator, module_functions, triton_aliases, triton_kernels
+from playbook.cst.launches import Launch, triton_launches
+from playbook.cst.source import Skip, checked, parse
 from playbook.hazards import scan
+from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.triton.autotune import UNSUPPORTED_LAUNCH_OPTIONS, tuning_key
 
 OCCUPANCY = (1, 2, 4, 8)
 TWO_CTA_CAPABILITY = 100  # 2-CTA MMA: Blackwell (sm_100) and later
@@ -210,7 +213,7 @@ class TritonTileIRConfigs(PatternRecipe):
             mapping[fn] = above_jit(deco, al)
             mapping[launch.call] = lambda upd: remove_kwargs(upd, set(LAUNCH_OPTIONS))
         new = replace(module, mapping)
-        new = _drop_constants(new, removable)
+        new = drop_constants(new, removable)
         new = _insert_helpers(new, HELPERS.format(tt=tt, occupancy=_tuple(OCCUPANCY), num_ctas=_tuple(ctas),
                                                   max_configs=MAX_CONFIGS, variants=VARIANTS, prune=PRUNE))
         code = checked(new.code)

@@ -42,14 +42,16 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.autotune import is_size, size_names
-from playbook.base import Candidate, register
-from playbook.cst_util import (Aliases, Launch, PatternRecipe, ShiftContinuation, Skip, add_kwarg, add_module_constant,
-                               assign_of, assigned_names, calls, checked, is_constexpr, is_triton_jit, kwarg_value,
-                               module_functions, module_int_constants, names_in, only_launch, params, parse, per_kernel,
-                               proposed, remove_kwargs, replace, triton_aliases, triton_kernels, triton_launches, walk)
+from playbook.cst.aliases import Aliases, calls
+from playbook.cst.constants import add_module_constant, module_int_constants
+from playbook.cst.edits import ShiftContinuation, add_kwarg, kwarg_value, remove_kwargs, replace
+from playbook.cst.kernels import is_constexpr, is_triton_jit, module_functions, params, triton_aliases, triton_kernels
+from playbook.cst.launches import Launch, bound_args, only_launch, triton_launches
+from playbook.cst.names import assign_of, assigned_names, names_in
+from playbook.cst.source import Skip, checked, code_of, parse, walk
 from playbook.hazards import scan
-from playbook.persistent_loop import bound_args, code_of
+from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
+from playbook.triton.autotune import is_size, size_names
 
 SUFFIX = "_row"
 LIMIT = "MAX_ROW_BLOCK"

@@ -1,0 +1,61 @@
+"""The module's import aliases of triton, triton.language and cuda.tile, and attributes and calls
+read through them (`tl.load`, `ct.bid(0)`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from playbook.cst.source import walk
+
+
+@dataclass(frozen=True)
+class Aliases:
+    triton: str | None  # `import triton` -> "triton"
+    tl: str | None  # `import triton.language as tl` -> "tl"
+    ct: str | None  # `import cuda.tile as ct` -> "ct"
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def aliases(module: cst.Module) -> Aliases:
+    found: dict[str, str] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Import):
+                continue
+            for name in small.names:
+                dotted = _dotted(name.name)
+                if name.asname is not None and isinstance(name.asname.name, cst.Name):
+                    local = name.asname.name.value
+                elif dotted and "." not in dotted:
+                    local = dotted
+                else:
+                    continue  # `import a.b` binds `a`, not `a.b`: not an alias we can use
+                if dotted in ("triton", "triton.language", "cuda.tile"):
+                    found[dotted] = local
+    return Aliases(found.get("triton"), found.get("triton.language"), found.get("cuda.tile"))
+
+
+def is_attr(node: cst.BaseExpression, base: str | None, *attrs: str) -> bool:
+    """`node` is `base.attr` for one of `attrs` (base is a module alias)."""
+    return (base is not None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+            and node.value.value == base and node.attr.value in attrs)
+
+
+def is_call(node: cst.CSTNode, base: str | None, *attrs: str) -> bool:
+    return isinstance(node, cst.Call) and is_attr(node.func, base, *attrs)
+
+
+def calls(node: cst.CSTNode, base: str | None, *attrs: str) -> list[cst.Call]:
+    return [n for n in walk(node) if is_call(n, base, *attrs)]

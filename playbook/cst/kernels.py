@@ -1,0 +1,90 @@
+"""The kernels of a module: @triton.jit and @ct.kernel functions, their decorators, parameters
+and loops."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import libcst as cst
+
+from playbook.cst.aliases import Aliases, aliases, is_attr
+from playbook.cst.source import Skip, walk
+
+
+def _decorator_target(dec: cst.Decorator) -> cst.BaseExpression:
+    return dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+
+
+def is_triton_jit(dec: cst.Decorator, al: Aliases) -> bool:
+    return is_attr(_decorator_target(dec), al.triton, "jit")
+
+
+def is_triton_decorator(dec: cst.Decorator, al: Aliases, *names: str) -> bool:
+    return is_attr(_decorator_target(dec), al.triton, *names)
+
+
+def is_ct_kernel(dec: cst.Decorator, al: Aliases) -> bool:
+    return is_attr(_decorator_target(dec), al.ct, "kernel")
+
+
+def above_jit(decorator_code: str, al: Aliases) -> Callable[[cst.FunctionDef], cst.FunctionDef]:
+    """A function-definition updater (for `replace`) that puts the decorator written in
+    `decorator_code` (`@...` source ending in a newline) right above the function's @triton.jit,
+    taking over the blank lines that stood before the jit decorator."""
+    new = cst.parse_module(decorator_code + "def _f():\n    pass\n").body[0].decorators[0]
+
+    def update(upd: cst.FunctionDef) -> cst.FunctionDef:
+        decs = []
+        for dec in upd.decorators:
+            if is_triton_jit(dec, al):
+                decs.append(new.with_changes(leading_lines=dec.leading_lines))
+                dec = dec.with_changes(leading_lines=())
+            decs.append(dec)
+        return upd.with_changes(decorators=decs)
+
+    return update
+
+
+def module_functions(module: cst.Module) -> list[cst.FunctionDef]:
+    return [s for s in module.body if isinstance(s, cst.FunctionDef)]
+
+
+def triton_aliases(module: cst.Module) -> Aliases:
+    """The module's import aliases; Skip unless it imports both triton and triton.language."""
+    al = aliases(module)
+    if not (al.triton and al.tl):
+        raise Skip("needs `import triton` and `import triton.language as tl`")
+    return al
+
+
+def triton_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
+    return {f.name.value: f for f in module_functions(module) if any(is_triton_jit(d, al) for d in f.decorators)}
+
+
+def cutile_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
+    return {f.name.value: f for f in module_functions(module) if any(is_ct_kernel(d, al) for d in f.decorators)}
+
+
+def ct_kernels(module: cst.Module) -> tuple[Aliases, dict[str, cst.FunctionDef]]:
+    """The aliases and the @ct.kernel functions of a cuTile module; Skip when there are none."""
+    al = aliases(module)
+    if not al.ct:
+        raise Skip("needs `import cuda.tile as ct`")
+    kernels = cutile_kernels(module, al)
+    if not kernels:
+        raise Skip("no @ct.kernel function")
+    return al, kernels
+
+
+def params(fn: cst.FunctionDef) -> list[cst.Param]:
+    p = fn.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+
+def is_constexpr(param: cst.Param, al: Aliases) -> bool:
+    ann = param.annotation.annotation if param.annotation is not None else None
+    return ann is not None and (is_attr(ann, al.tl, "constexpr") or (isinstance(ann, cst.Name) and ann.value == "constexpr"))
+
+
+def has_loop(fn: cst.FunctionDef) -> bool:
+    return any(isinstance(n, (cst.For, cst.While)) for n in walk(fn.body))

@@ -1,0 +1,115 @@
+"""What a recipe is, and the registry recipes join.
+
+A recipe is a class with `id`, `title`, `languages`, `applies(analysis)` and
+`candidates(source, analysis)`; each candidate changes one variable and carries a hypothesis. A
+recipe module registers its class with `@register` when it is imported (playbook.base imports
+them all). `PatternRecipe` is the base of the recipes that recognise a source pattern and say
+why when they do not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from playbook.analysis import Analysis
+from playbook.cst.source import Skip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    recipe: str  # recipe id
+    kind: str  # the variable it changes (for priority and demotion), e.g. "num_warps"
+    key: str  # unique within a run: the same key is never tried twice
+    title: str  # the optimization text of the record, e.g. "num_warps 1 -> 2"
+    hypothesis: str
+    source: str  # the whole rewritten target
+    tier: int = 0  # 0: first-line moves; 1: second thoughts (e.g. a step back down), tried after every tier-0 move
+
+
+class Recipe(Protocol):
+    id: str
+    title: str
+    languages: tuple[str, ...]
+
+    def applies(self, analysis: Analysis) -> bool: ...
+    # optional: `inapplicable(analysis) -> str`, why `applies` said no, where that is not the kernel class
+
+    def candidates(self, source: str, analysis: Analysis) -> list[Candidate]: ...
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: registers one instance of the recipe under its id."""
+    if cls.id in _REGISTRY:
+        raise ValueError(f"recipe id {cls.id!r} registered twice")
+    _REGISTRY[cls.id] = cls()
+    return cls
+
+
+def registered() -> dict[str, Recipe]:
+    """The recipes registered so far, by id, in the order they registered."""
+    return _REGISTRY
+
+
+def inapplicable(recipe: Recipe, analysis: Analysis) -> str:
+    """Why `recipe.applies(analysis)` said no: the recipe's own reason where its test is not the
+    kernel class (`inapplicable(analysis)`), else the kernel's language and class."""
+    own = getattr(recipe, "inapplicable", None)
+    return (own(analysis) if own else None) or f"does not apply to a {analysis.language} {analysis.kernel_class} kernel"
+
+
+# ----------------------------------------------------------------------------------- pattern recipes
+
+
+class PatternRecipe:
+    """Base for recipes that recognise a source pattern: `propose` raises `Skip` (with the reason)
+    where the pattern is absent or unsafe to rewrite; `candidates` then returns [] without error."""
+
+    id: str
+    title: str
+    languages: tuple[str, ...]
+
+    def applies(self, analysis) -> bool:
+        return analysis.language in self.languages
+
+    def propose(self, source: str, analysis) -> list:
+        raise NotImplementedError
+
+    def attempt(self, source: str, analysis) -> tuple[list, str | None]:
+        """The candidates for `source` and, when there are none, why: one pass of `propose`."""
+        try:
+            cands = self.propose(source, analysis)
+        except Skip as exc:
+            return [], str(exc)
+        return cands, None if cands else "every candidate is already in place"
+
+    def candidates(self, source: str, analysis) -> list:
+        return self.attempt(source, analysis)[0]
+
+    def skip_reason(self, source: str, analysis) -> str | None:
+        """Why this recipe proposes nothing for `source` (None when it proposes something)."""
+        if not self.applies(analysis):
+            return f"{self.id} {inapplicable(self, analysis)}"
+        return self.attempt(source, analysis)[1]
+
+
+def per_kernel(kernels: dict, attempt: Callable[[str, object], object]) -> tuple[list, list[str]]:
+    """`attempt(name, fn)` for each kernel: the candidates it made, and the Skip reasons of the
+    kernels it does not fit (a recipe proposes for every kernel that fits)."""
+    out, reasons = [], []
+    for name, fn in kernels.items():
+        try:
+            out.append(attempt(name, fn))
+        except Skip as exc:
+            reasons.append(str(exc))
+    return out, reasons
+
+
+def proposed(out: list, reasons: list[str], nothing: str = "") -> list:
+    """`out`, or Skip with every reason (`nothing` when there is none) when it is empty."""
+    if not out:
+        raise Skip("; ".join(reasons) or nothing)
+    return out
