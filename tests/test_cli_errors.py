@@ -246,6 +246,8 @@ BAD_INPUT = {  # per command: an invocation that must be refused before anything
     "step": ["step", "-m", "a change"],  # no run yet
     "run": ["run", "kernels/vector_add/nothing_triton.py", "--device", "cpu"],
     "resume": ["resume"],
+    "check": ["check", "kernels/vector_add/nothing_triton.py", "--device", "cpu"],
+    "spec": ["spec", "kernels/vector_add/vector_add_triton.py"],  # a spec is there already
     "doctor": ["doctor", "--verbose"],
     "compile": ["compile", "kernels/vector_add/nothing_triton.py"],
     "profile": ["profile", "kernels/vector_add/nothing_triton.py"],

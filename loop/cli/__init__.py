@@ -1,8 +1,8 @@
 """Command line: `tileloop <command>`; `main(argv) -> int` so tests call it directly.
 
-One module per command group: `lifecycle` (init, step, run, resume, demo), `reading` (status,
-history, results, report, experience), `tools` (doctor, compile, profile, compare, decision-check),
-`playbook`, `suite`; `common` holds what they share. A new command is an `add_<name>(sub)` parser
+One module per command group: `lifecycle` (init, step, run, resume, demo), `target` (check, spec),
+`reading` (status, history, results, report, experience), `tools` (doctor, compile, profile,
+compare, decision-check), `playbook`, `suite`; `common` holds what they share. A new command is an `add_<name>(sub)` parser
 function and a `cmd_<name>(args, settings) -> int` in its group's PARSERS and COMMANDS, and its
 name in ORDER.
 
@@ -22,16 +22,16 @@ import os
 import sys
 
 from loop import __version__
-from loop.cli import lifecycle, playbook, reading, suite, tools
+from loop.cli import lifecycle, playbook, reading, suite, target, tools
 from loop.cli.common import CLI_SCHEMA, write_traceback
 from loop.common import settings as settings_mod
 from loop.common.errors import UserError
 
-GROUPS = (lifecycle, tools, reading, playbook, suite)
+GROUPS = (lifecycle, target, tools, reading, playbook, suite)
 PARSERS = {name: add for group in GROUPS for name, add in group.PARSERS.items()}
 COMMANDS = {name: cmd for group in GROUPS for name, cmd in group.COMMANDS.items()}
 # the order `tileloop --help` lists the commands in
-ORDER = ("init", "step", "run", "resume", "doctor", "compile", "profile", "compare", "demo", "report", "experience",
+ORDER = ("init", "step", "run", "resume", "check", "spec", "doctor", "compile", "profile", "compare", "demo", "report", "experience",
          "playbook", "suite", "decision-check", "status", "history", "results")
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = settings_mod.load()
             return COMMANDS[command](args, settings)
         except UserError as exc:
-            return _fail(as_json, command, exc.message, exc.hint, exc.exit_code)
+            return _fail(as_json, command, exc.message, exc.hint, exc.exit_code, **exc.details)
         except KeyboardInterrupt:
             return _fail(as_json, command, "interrupted", "tileloop resume finishes or records the iteration in flight", 130)
         except Exception as exc:  # tileloop's own failure, or the spec's in a worker: one line, the traceback in a log

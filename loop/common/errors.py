@@ -9,10 +9,11 @@ class UserError(Exception):
 
     exit_code = 2
 
-    def __init__(self, message: str, hint: str | None = None):
+    def __init__(self, message: str, hint: str | None = None, **details):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = details  # more fields for the --json error object (e.g. every problem of a check)
 
     def one_line(self) -> str:
         return f"error: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")

@@ -19,6 +19,7 @@ from loop.records import gitops
 from loop.run import state as st
 from loop.run.core import Log, now, stderr_log
 from loop.run.experiment import Experiment
+from loop.target.check import check, line_of
 from loop.target.contract import load_harness_target, load_kernel
 from playbook import get as get_recipe
 from playbook.hazards import scan
@@ -66,6 +67,8 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
         raise UserError(f"no GPU available: {env.get('cuda_reason')}",
                         hint="pass --device cpu to run the loop under the Triton interpreter")
     avail, chosen = _choose_backend(names, env, language, device, target_backend, harness is not None)
+    if harness is None:
+        _require_checked(target_rel, device, settings, root, log)
     state = st.RunState(run_id=run_id, branch=branch, origin_branch=gitops.current_branch(root), target=str(target_rel),
                         spec="" if spec_rel is None else str(spec_rel), language=language, op=op, device=device,
                         target_backend=chosen, backends=names, availability=avail, base_commit=gitops.head_sha(root),
@@ -111,6 +114,19 @@ def _target(target: str, root: Path, harness: external.Harness | None, target_ba
                         "example inputs of a spec.py", hint="let the test command compile what it needs")
     target_rel, language, op = load_harness_target(target, root)
     return target_rel, None, language, op, []
+
+
+def _require_checked(target_rel: Path, device: str, settings: Settings, root: Path, log: Log) -> None:
+    """The checks of `tileloop check` (without the build: the baseline's compile gate makes it): no run
+    starts on a target or spec with a problem, and every problem is named at once."""
+    result = check(root / target_rel, device=device, archs=[], settings=settings, root=root, log=log)
+    for warning in result["warnings"]:
+        log(f"warning: {line_of(warning)}")
+    if result["problems"]:
+        for p in result["problems"][1:]:
+            log(f"problem: {line_of(p)}")
+        raise UserError(f"{len(result['problems'])} problem(s) in {target_rel} and its spec: {line_of(result['problems'][0])}",
+                        hint=f"tileloop check {target_rel} lists them all", problems=result["problems"])
 
 
 def _branch(root: Path, branch: str | None, op: str) -> tuple[str, str]:

@@ -4,7 +4,6 @@ the same-run copy bandwidth."""
 
 from __future__ import annotations
 
-
 from loop.common.jobs import seed_for
 from loop.common.stats import summarize
 from loop.worker import timing

@@ -12,6 +12,7 @@ from pathlib import Path
 from loop.common.files import atomic_write_text
 from loop.common.jobs import RESULT_SCHEMA
 from loop.common.processes import watch_parent
+from loop.worker.check_job import check_job
 from loop.worker.decision_job import BadInput, worker_job
 from loop.worker.environment import health, interpreter_check, probe
 from loop.worker.failures import ImplFailure, SpecError, short_traceback
@@ -24,6 +25,7 @@ JOBS = {
     "profile": (profile_job, ()),
     "decision-check": (worker_job, ((BadInput, "bad_input"),)),
     "interpreter-check": (interpreter_check, ()),
+    "check": (check_job, ()),
 }
 
 

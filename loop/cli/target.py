@@ -1,0 +1,59 @@
+"""Commands about a target and its spec before any run: check (every problem at once), spec (a
+skeleton to fill in)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from loop.cli.common import arch_list, common, emit
+from loop.common.errors import UserError
+from loop.target.check import check, line_of
+from loop.target.skeleton import write_spec
+
+
+def add_check(sub) -> None:
+    sp = sub.add_parser("check", help="validate a target and its spec without starting a run: every problem at once")
+    sp.add_argument("target", help="the kernel file (spec.py beside it)")
+    sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cuda (default), or cpu: run the checks under the Triton interpreter")
+    sp.add_argument("--archs", type=arch_list, default=["sm_90", "sm_100"],
+                    help="architectures to build for ahead of time (default sm_90,sm_100; 'none' skips the build)")
+    common(sp, run_opt=False)
+
+
+def add_spec(sub) -> None:
+    sp = sub.add_parser("spec", help="write a commented spec.py beside a target, from its entry point, to fill in")
+    sp.add_argument("target", help="the kernel file")
+    sp.add_argument("--entry", default="run", help="the target's function called with the inputs (default run)")
+    sp.add_argument("--force", action="store_true", help="overwrite an existing spec.py")
+    common(sp, run_opt=False)
+
+
+def cmd_check(args, settings) -> int:
+    result = check(args.target, device=args.device, archs=args.archs, settings=settings,
+                   log=lambda m: print(m, file=sys.stderr))
+    lines = [line_of(p) for p in result["problems"]] + [f"warning: {line_of(p)}" for p in result["warnings"]]
+    summary = (f"ok: {result['target']} and its spec pass every check" if result["ok"] else
+               f"{len(result['problems'])} problem(s) in {result['target']} and its spec")
+    if not result["ok"]:  # the error contract's fields too
+        result = {**result, "error": f"{summary}: {line_of(result['problems'][0])}",
+                  "hint": result["problems"][0]["hint"] or f"tileloop check {args.target} after each fix"}
+    emit(args, result, "\n".join(lines + [summary]))
+    if not result["ok"]:
+        print(f"error: {summary}: {line_of(result['problems'][0])}", file=sys.stderr)
+    return 0 if result["ok"] else 2
+
+
+def cmd_spec(args, settings) -> int:
+    target = Path(args.target)
+    if not target.is_file():
+        raise UserError(f"target {args.target} does not exist")
+    spec = write_spec(target, args.entry, args.force)
+    emit(args, {"target": args.target, "spec": str(spec), "entry": args.entry},
+         f"wrote {spec}: fill in its TODOs, then tileloop check {args.target}")
+    return 0
+
+
+PARSERS = {"check": add_check, "spec": add_spec}
+COMMANDS = {"check": cmd_check, "spec": cmd_spec}

@@ -1,0 +1,110 @@
+"""`tileloop check <target>`: the target and its spec validated without starting a run, every
+problem listed at once, each with where it is (file:line where one is known) and a fix.
+
+Three passes: the contract read from the source (`contract.load_kernel`: the files, the required
+names, the entry point); the check job in a worker (`loop.worker.check_job`: the spec's names and
+values, make_inputs, the reference and the kernel at every correctness shape and dtype, every
+output, flops and bytes_moved); and, with `archs`, the ahead-of-time build for each architecture.
+A kernel of the target that no checked shape launches is a warning: a change to it could not be
+seen by the correctness checks. `tileloop init` runs the same checks (without the build, which its
+baseline makes) and refuses to start on any problem.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from loop import backends as backend_registry
+from loop.common.errors import UserError
+from loop.common.settings import Settings
+from loop.measure.compile_gate import compile_gate, compile_summary
+from loop.measure.launch import run_worker
+from loop.records import gitops
+from loop.target.contract import Kernel, load_kernel, spec_dtypes
+
+
+def problem(what: str, where: str = "", hint: str = "") -> dict:
+    return {"what": what, "where": where, "hint": hint}
+
+
+def line_of(p: dict) -> str:
+    """One problem as one line: where: what (fix: hint)."""
+    return (f"{p['where']}: " if p.get("where") else "") + p["what"] + (f" (fix: {p['hint']})" if p.get("hint") else "")
+
+
+def check(target: str | Path, *, device: str, archs: list[str], settings: Settings, root: Path | None = None,
+          log=lambda message: None) -> dict:
+    """Every problem of the target and its spec (the `--json` payload of `tileloop check`)."""
+    path = Path(target).resolve()
+    if root is None:
+        try:
+            root = gitops.find_root(path.parent)
+        except UserError:
+            root = path.parent
+    out: dict = {"target": str(target), "device": device, "archs": archs, "problems": [], "warnings": [],
+                 "kernels": [], "launched": []}
+    try:
+        kernel = load_kernel(path, root)
+    except UserError as exc:
+        out["problems"].append(problem(exc.message, "", exc.hint or ""))
+        return _done(out)
+    out.update(target=str(kernel.target), spec=str(kernel.spec), language=kernel.language)
+    log(f"checking {kernel.target} with {kernel.spec} ({device})")
+    _dynamic(kernel, device, settings, out)
+    if archs and not out["problems"]:
+        log(f"building {kernel.target} ahead of time for {', '.join(archs)}")
+        _build(kernel, archs, settings, out)
+    return _done(out)
+
+
+def _done(out: dict) -> dict:
+    out["ok"] = not out["problems"]
+    return out
+
+
+def _backend(kernel: Kernel, device: str) -> str:
+    if kernel.language == "cutile":
+        return "cutile"
+    return "interpreter" if device == "cpu" else "ptx"
+
+
+def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None:
+    """The check job, in a worker."""
+    backend = _backend(kernel, device)
+    job = {"mode": "check", "spec": str(kernel.spec_abs), "target": str(kernel.target_abs),
+           "target_dir": str(kernel.target_abs.parent), "language": kernel.language, "backend": backend,
+           "device": "cuda" if kernel.language == "cutile" and device == "cuda" else device,
+           "run_kernels": not (kernel.language == "cutile" and device == "cpu"),
+           "spec_shown": str(kernel.spec), "target_shown": str(kernel.target)}
+    if kernel.language == "cutile" and device == "cpu":
+        job["device"] = "cpu"
+        out["warnings"].append(problem("cuTile kernels run on a GPU only: checked here are the spec's side and the "
+                                       "ahead-of-time build", str(kernel.target), "tileloop check --device cuda on a GPU"))
+    with tempfile.TemporaryDirectory(prefix="tileloop-check-") as tmp:
+        raw = run_worker(Path(tmp), job, backend_registry.get(backend), settings, Path(tmp) / "cache", name="check")
+    if raw.get("status") != "ok":
+        tail = (raw.get("log_tail") or "").strip().splitlines()
+        out["problems"].append(problem(f"the check worker failed: {raw.get('status')}: {raw.get('message')}",
+                                       str(kernel.target), tail[-1][:300] if tail else ""))
+        return
+    out["problems"] += raw["problems"]
+    out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
+    unreached = [k for k in out["kernels"] if k not in out["launched"]]
+    if unreached and job["run_kernels"] and not raw["problems"]:
+        out["warnings"].append(problem(f"no checked shape launches {', '.join(unreached)}", str(kernel.target),
+                                       "a change to it cannot be checked: add a shape that reaches it, or it is not "
+                                       "part of this entry point"))
+
+
+def _build(kernel: Kernel, archs: list[str], settings: Settings, out: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="tileloop-check-") as tmp:
+        raw = compile_gate(workdir=Path(tmp), spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
+                           target=kernel.target_abs, language=kernel.language, archs=archs, settings=settings,
+                           cache_root=Path(tmp), dtypes=spec_dtypes(kernel.spec_abs))
+    failed = {(r["arch"], r["dtype"]): r.get("error", "") for r in compile_summary(raw) if not r["ok"]}
+    for (arch, dtype), error in failed.items():
+        out["problems"].append(problem(f"the kernel does not compile for {arch} ({dtype}): {error.splitlines()[0][:300]}",
+                                       str(kernel.target), "tileloop compile shows the full error"))
+    if raw.get("status") != "ok" and not failed:
+        out["problems"].append(problem(f"the ahead-of-time build failed: {raw.get('message', '')}"[:400], str(kernel.target)))

@@ -1,0 +1,79 @@
+"""Which of the target's kernels ran: the launch paths of Triton (`JITFunction.run`, and the
+interpreter's `InterpretedFunction.run`; autotuners and heuristics end there) and cuTile
+(`cuda.tile.launch`) are watched while the checks run, and the target's own kernels (defined in its
+module) that launched are recorded by name."""
+
+from __future__ import annotations
+
+import contextlib
+
+
+def _name_of(fn) -> tuple[str | None, str | None]:
+    """(function name, defining module) of a Triton JIT function or a cuTile kernel, unwrapping tuners."""
+    for _ in range(6):
+        inner = getattr(fn, "fn", None) or getattr(fn, "_pyfunc", None)
+        annotated = getattr(fn, "_annotated_function", None)
+        if annotated is not None:
+            inner = getattr(annotated, "pyfunc", inner)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return getattr(fn, "__name__", None), getattr(fn, "__module__", None)
+
+
+class LaunchRecorder(contextlib.AbstractContextManager):
+    def __init__(self, target, language: str):
+        self.module_name = target.__name__
+        self.language = language
+        self.launched: set[str] = set()
+        self.kernels = sorted({name for obj in vars(target).values()
+                               for name, mod in [_name_of(obj)] if mod == self.module_name and self._is_kernel(obj)})
+        self._undo = contextlib.ExitStack()
+
+    @staticmethod
+    def _is_kernel(obj) -> bool:
+        kind = type(obj).__name__
+        return kind in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics") or hasattr(obj, "_annotated_function") \
+            or kind == "kernel"
+
+    def _record(self, fn) -> None:
+        name, module = _name_of(fn)
+        if name and module == self.module_name:
+            self.launched.add(name)
+
+    def _patch(self, owner, attr: str, make) -> None:
+        real = getattr(owner, attr)
+        setattr(owner, attr, make(real))
+        self._undo.callback(setattr, owner, attr, real)
+
+    def __enter__(self):
+        recorder = self
+        if self.language == "triton":
+            from triton.runtime.jit import JITFunction
+
+            def wrapped_run(real):
+                def run(self, *args, **kwargs):
+                    if not kwargs.get("warmup"):
+                        recorder._record(self)
+                    return real(self, *args, **kwargs)
+                return run
+
+            self._patch(JITFunction, "run", wrapped_run)
+            with contextlib.suppress(ImportError):
+                from triton.runtime.interpreter import InterpretedFunction
+
+                self._patch(InterpretedFunction, "run", wrapped_run)
+        else:
+            import cuda.tile as ct
+
+            def wrapped_launch(real):
+                def launch(stream, grid, kernel, *args, **kwargs):
+                    recorder._record(kernel)
+                    return real(stream, grid, kernel, *args, **kwargs)
+                return launch
+
+            self._patch(ct, "launch", wrapped_launch)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._undo.close()
