@@ -95,8 +95,11 @@ def decide(
     shapes: Sequence[ShapeComparison] = (),
     guard_failures: Sequence[str] = (),
     remeasured: bool = False,
+    unexercised: Sequence[str] = (),
 ) -> Decision:
-    """One iteration's decision. `failure` is the target backend's typed failure, if any."""
+    """One iteration's decision. `failure` is the target backend's typed failure, if any;
+    `unexercised` the device functions the change touched that no checked shape launched (when the
+    change touched nothing else)."""
     if failure in CRASH_STATUSES:
         return Decision("crash", failure, failure_message or failure)
     if failure == "incorrect":
@@ -105,6 +108,9 @@ def decide(
         raise ValueError(f"unknown failure status {failure!r}")
     if guard_failures:
         return Decision("revert", "guard_failed", "; ".join(guard_failures))
+    if unexercised:
+        return Decision("revert", "unexercised", f"the change touches only {', '.join(unexercised)}, which no checked "
+                        "shape launches: the correctness checks cannot have seen it")
     if not shapes:
         raise ValueError("decide needs at least one shape comparison when nothing failed")
     rows = [s.to_json() for s in shapes]

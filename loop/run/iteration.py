@@ -18,6 +18,7 @@ from loop.run.core import now, with_changes
 from loop.run.measuring import Measuring
 from loop.run.recording import Recording
 from loop.target.contract import imported_files
+from loop.target.coverage import unexercised
 
 
 class Iteration(Measuring, Recording):
@@ -80,11 +81,11 @@ class Iteration(Measuring, Recording):
         except HarnessFailure:
             raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
         self.stage("decide")
-        decision, remeasured = self._decide(results, raw), False
+        decision, remeasured = self._decide(results, raw, (inc_src, cand_src)), False
         if decision.action == "remeasure":
             self.log(f"#{n} {decision.reason}")
             results, raw, gate = self._measure(n, inc_src, cand_src)
-            decision, remeasured = self._decide(results, raw, remeasured=True), True
+            decision, remeasured = self._decide(results, raw, (inc_src, cand_src), remeasured=True), True
         status = {"keep": "keep", "revert": "revert", "crash": "crash"}[decision.action]
         target = results[self.state.target_backend]
         failure = None if target.status == "ok" else {"status": target.status, "message": target.reason}
@@ -100,12 +101,15 @@ class Iteration(Measuring, Recording):
         self._finish(record)
         return record, stop
 
-    def _decide(self, results: dict[str, BackendResult], raw: dict, remeasured: bool = False) -> decide.Decision:
+    def _decide(self, results: dict[str, BackendResult], raw: dict, sources: tuple[str, str],
+                remeasured: bool = False) -> decide.Decision:
         tb = self.state.target_backend
         target = results[tb]
         if target.status == "fallback":
             return decide.Decision("revert", "guard_failed", target.reason)
         if target.status != "ok":
             return decide.decide(self.policy, failure=target.status, failure_message=target.reason)
+        launched = raw[tb].get("correctness", {}).get("launched", {}).get("candidate")
+        missed = unexercised(*sources, launched) if launched is not None else []
         return decide.decide(self.policy, shapes=decide.comparisons(raw[tb], self.policy),
-                             guard_failures=guard_failures(results, tb), remeasured=remeasured)
+                             guard_failures=guard_failures(results, tb), remeasured=remeasured, unexercised=missed)

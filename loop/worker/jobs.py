@@ -26,6 +26,7 @@ from loop.common.jobs import seed_for
 from loop.worker.bench import bench_all
 from loop.worker.correctness import Harness
 from loop.worker.failures import SpecError, call_impl, classify, load_module
+from loop.worker.launches import LaunchRecorder
 from loop.worker.proof import (
     backend_proof,
     pin_autotune_to_first_config,
@@ -145,16 +146,21 @@ def run_job(job: dict) -> dict:
     shapes_to_check = [tuple(s) for s in job.get("correctness_shapes") or spec.correctness_shapes]
     if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
         shapes_to_check += [s for s in spec.benchmark_shapes if s not in shapes_to_check]
+    launched: dict[str, list[str]] = {}
     for label in job["check"]:
-        for dtype in dtypes:
-            for shape in shapes_to_check:
-                rec = harness.check_one(modules[label], label, shape, dtype, seed_for(job["seed"], label, tuple(shape), dtype))
-                checks.append(rec)
-                if not rec["ok"]:
-                    return {"status": "incorrect", "failed_impl": label, "message": rec["reason"],
-                            "correctness": {"passed": False, "checks": checks, "skipped": skipped}}
+        with LaunchRecorder(modules[label], "cutile" if job["backend"] == "cutile" else "triton") as recorder:
+            for dtype in dtypes:
+                for shape in shapes_to_check:
+                    rec = harness.check_one(modules[label], label, shape, dtype,
+                                            seed_for(job["seed"], label, tuple(shape), dtype))
+                    checks.append(rec)
+                    if not rec["ok"]:
+                        return {"status": "incorrect", "failed_impl": label, "message": rec["reason"],
+                                "correctness": {"passed": False, "checks": checks, "skipped": skipped}}
+        launched[label] = sorted(recorder.launched)  # the target's kernels the checks ran
     check_tamper(torch, tamper_watch, "correctness")
-    result: dict[str, Any] = {"status": "ok", "correctness": {"passed": True, "checks": checks, "skipped": skipped}}
+    result: dict[str, Any] = {"status": "ok", "correctness": {"passed": True, "checks": checks, "skipped": skipped,
+                                                              "launched": launched}}
     if job.get("bench", True):
         result["timing"] = bench_all(torch, harness, modules, job, dtypes)
         check_tamper(torch, tamper_watch, "timing")

@@ -1,0 +1,67 @@
+"""Launch coverage: whether a change to the target touches code that the correctness checks ran.
+
+The worker records which of the target's kernels launched over the checked shapes
+(`loop.worker.launches`). Here, from the two sources alone: which top-level functions the change
+touched, which of them are device code (`@triton.jit`, `@ct.kernel`, or a helper they call), and
+which device code the launched kernels reach. A change that touches device code only, none of it
+reached, cannot have been checked: the run does not keep it (`unexercised`). Host code and
+module-level statements count as exercised: they may run on any call.
+"""
+
+from __future__ import annotations
+
+import ast
+
+DEVICE_DECORATORS = ("jit", "kernel", "autotune", "heuristics")
+
+
+def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _is_device(fn: ast.FunctionDef) -> bool:
+    for dec in fn.decorator_list:
+        node = dec.func if isinstance(dec, ast.Call) else dec
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        if name in DEVICE_DECORATORS:
+            return True
+    return False
+
+
+def _calls(fn: ast.FunctionDef, names: set[str]) -> set[str]:
+    return {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names}
+
+
+def touched(before: str, after: str) -> tuple[set[str], bool]:
+    """(top-level functions whose code differs, whether anything outside functions differs)."""
+    old, new = ast.parse(before), ast.parse(after)
+    f_old, f_new = _functions(old), _functions(new)
+    changed = {name for name in f_old.keys() | f_new.keys()
+               if name not in f_old or name not in f_new or ast.dump(f_old[name]) != ast.dump(f_new[name])}
+    rest_old = [ast.dump(n) for n in old.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    rest_new = [ast.dump(n) for n in new.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return changed, rest_old != rest_new
+
+
+def unexercised(before: str, after: str, launched: list[str]) -> list[str]:
+    """The device functions a change touched that no launched kernel reaches, when the change touched
+    nothing else; [] when any part of it may have run (or the sources do not parse)."""
+    try:
+        changed, elsewhere = touched(before, after)
+        tree = ast.parse(after)
+    except SyntaxError:
+        return []
+    functions = _functions(tree)
+    if elsewhere or not changed:
+        return []
+    device = {name for name, fn in functions.items() if _is_device(fn)}
+    if any(name not in device for name in changed if name in functions):
+        return []  # host code changed: it may run on any call
+    reached, frontier = set(), [name for name in launched if name in functions]
+    while frontier:
+        name = frontier.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        frontier += _calls(functions[name], set(functions))
+    return sorted(name for name in changed if name in functions and name not in reached)

@@ -1,0 +1,101 @@
+"""Launch coverage: a change that touches only device code no checked shape launches is not kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loop import decide
+from loop.cli import main
+from loop.target.coverage import touched, unexercised
+from test_check import LIBRARY_OP
+
+HELPER = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _twice(x):
+    return x * 2
+
+
+@triton.jit
+def forward_kernel(x_ptr, n):
+    tl.store(x_ptr, _twice(tl.load(x_ptr)))
+
+
+@triton.jit
+def backward_kernel(x_ptr, n):
+    tl.store(x_ptr, tl.load(x_ptr) * 3)
+
+
+def run(x):
+    forward_kernel[(1,)](x, 1)
+'''
+
+
+def test_only_unlaunched_device_code_is_unexercised():
+    launched = ["forward_kernel"]
+    back = HELPER.replace("* 3)", "* 4)")
+    assert touched(HELPER, back) == ({"backward_kernel"}, False)
+    assert unexercised(HELPER, back, launched) == ["backward_kernel"]
+    helper = HELPER.replace("return x * 2", "return x + x")  # a helper the launched kernel calls: exercised
+    assert unexercised(HELPER, helper, launched) == []
+    host = back.replace("forward_kernel[(1,)](x, 1)", "forward_kernel[(1,)](x, 1)\n    return None")
+    assert unexercised(HELPER, host, launched) == []  # host code changed too: it may run on any call
+    module_level = "BLOCK = 64\n" + back
+    assert unexercised(HELPER, module_level, launched) == []
+    assert unexercised(HELPER, back, ["forward_kernel", "backward_kernel"]) == []
+
+
+def test_the_decision_reverts_an_unexercised_change_before_it_looks_at_speed():
+    shape = decide.compare_shape((8,), [2.0] * 10, [1.0] * 10, decide.Policy())  # a 2x "speedup"
+    d = decide.decide(decide.Policy(), shapes=[shape], unexercised=["backward_kernel"])
+    assert (d.action, d.verdict) == ("revert", "unexercised") and "backward_kernel" in d.reason
+
+
+@pytest.mark.slow
+def test_a_step_that_changes_only_the_backward_kernel_is_not_kept(kernel_repo, capsys):
+    from conftest import git
+
+    op = kernel_repo / "kernels" / "scale"
+    op.mkdir()
+    target = op / "scale_triton.py"
+    target.write_text(LIBRARY_OP)
+    (op / "spec.py").write_text('''import torch
+
+ENTRY = "scale_forward"
+CORRECTNESS_SHAPES = [(1, 7), (5, 33)]
+BENCHMARK_SHAPES = [(64, 64)]
+INTERPRETER_SHAPES = [(16, 64)]
+DTYPES = [torch.float32]
+TOLERANCES = {torch.float32: (1e-6, 1e-6)}
+
+
+def make_inputs(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(shape, generator=g).to(dtype)}
+
+
+def reference(x):
+    return x * 2.0
+
+
+def flops(shape, dtype):
+    return torch.Size(shape).numel()
+
+
+def bytes_moved(shape, dtype):
+    return 2 * torch.Size(shape).numel() * 4
+''')
+    git(kernel_repo, "add", "-A")
+    git(kernel_repo, "commit", "-qm", "scale")
+    assert main(["init", "kernels/scale/scale_triton.py", "--device", "cpu", "--archs", "none", "--json"]) == 0
+    capsys.readouterr()
+    target.write_text(LIBRARY_OP.replace("tl.load(dy_ptr + offs, mask=mask) * alpha",
+                                         "tl.load(dy_ptr + offs, mask=mask) * alpha * 1.0"))
+    assert main(["step", "-m", "touch the backward kernel only", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["decision"]["verdict"]) == ("revert", "unexercised")
+    assert "_scale_backward_kernel" in out["decision"]["reason"]
