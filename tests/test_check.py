@@ -163,11 +163,13 @@ def bytes_moved(shape, dtype):
 ''')
     code, out = check_json(capsys, "kernels/scale/scale_triton.py")
     assert code == 2
-    whats = [p["what"] for p in out["problems"]]
-    assert sum("outputs do not match the reference at shape (5, 33)" in w for w in whats) == 2  # each dtype
-    failing = [p for p in out["problems"] if "no inputs at this shape yet" in p["what"]]
-    assert len(failing) == 2 and all(p["where"] == "kernels/scale/spec.py:12" for p in failing)
-    assert len(out["problems"]) == 4
+    # one problem per cause, naming every shape and dtype where it happens (a mismatch says by how much,
+    # which differs with each dtype's tolerance)
+    mismatches = [p for p in out["problems"] if "outputs do not match the reference" in p["what"]]
+    assert sorted(m["what"].rsplit("(at ", 1)[1] for m in mismatches) == ["shape (5, 33) float16)", "shape (5, 33) float32)"]
+    (failing,) = [p for p in out["problems"] if "no inputs at this shape yet" in p["what"]]
+    assert failing["where"] == "kernels/scale/spec.py:12" and "(3, 9) float32, (3, 9) float16" in failing["what"]
+    assert len(out["problems"]) == 3
 
 
 @pytest.mark.slow
@@ -179,8 +181,9 @@ def test_init_refuses_a_spec_with_problems_and_names_them_all(op_repo, capsys):
     code = main(["init", "kernels/scale/scale_triton.py", "--device", "cpu", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and "problem(s) in kernels/scale/scale_triton.py" in out["error"]
-    assert len(out["problems"]) > 1 and "tileloop check" in out["hint"]
-    assert all("the kernel failed at shape" in p["what"] and "unexpected keyword" in p["what"] for p in out["problems"])
+    assert "tileloop check" in out["hint"]
+    (p,) = out["problems"]  # the same failure at every shape and dtype: one line that says so
+    assert "the kernel failed" in p["what"] and "unexpected keyword" in p["what"] and "shape/dtype pairs" in p["what"]
     assert not (op_repo / "sandbox" / "CURRENT").exists()
     assert git(op_repo, "branch", "--list", "tileloop/*") == ""
 
@@ -191,3 +194,23 @@ def test_check_outside_a_repository_reads_the_files_where_they_are(tmp_path, cap
     code, out = check_json(capsys, str(op / "vector_add_triton.py"))
     assert code == 0 and out["ok"] and out["launched"] == ["add_kernel"]
     assert Path(out["spec"]).name == "spec.py"
+
+
+def test_the_interpreter_limit_a_failure_points_at_is_named_with_its_line():
+    from loop.worker.check_job import interpreter_limits
+
+    source = '''import triton
+import triton.language as tl
+from triton.language.extra.libdevice import rsqrt
+
+
+@triton.jit
+def norm_kernel(y_ptr, x_ptr, eps, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK)).to(tl.float32)
+    eps = eps.to(tl.float32)
+    tl.store(y_ptr + tl.arange(0, BLOCK), x * rsqrt(tl.sum(x * x) + eps))
+'''
+    assert interpreter_limits(source, "InterpreterError: AttributeError(\"'float' object has no attribute 'to'\")") == (
+        "`eps.to(...)` on a scalar argument (a Python number there)", 9)
+    assert interpreter_limits(source, "InterpreterError: NotImplementedError('libdevice')") == ("libdevice functions", 3)
+    assert interpreter_limits("import triton\n", "anything") is None

@@ -12,6 +12,7 @@ baseline makes) and refuses to start on any problem.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -31,6 +32,27 @@ def problem(what: str, where: str = "", hint: str = "") -> dict:
 def line_of(p: dict) -> str:
     """One problem as one line: where: what (fix: hint)."""
     return (f"{p['where']}: " if p.get("where") else "") + p["what"] + (f" (fix: {p['hint']})" if p.get("hint") else "")
+
+
+AT = re.compile(r" \(at shape (\([^)]*\)) (\w+)\)")
+
+
+def grouped(problems: list[dict]) -> list[dict]:
+    """One problem per cause: the same failure at several shapes and dtypes is one line that lists them."""
+    out: dict[tuple, dict] = {}
+    for p in problems:
+        m = AT.search(p["what"])
+        key = (p["where"], AT.sub("", p["what"]) if m else p["what"], p["hint"])
+        if key not in out:
+            out[key] = {**p, "at": []}
+        if m:
+            out[key]["at"].append(f"{m.group(1)} {m.group(2)}")
+    for (where, what, hint), p in out.items():
+        if len(p["at"]) > 1:
+            p["what"] = f"{what} (at {len(p['at'])} shape/dtype pairs: {', '.join(p['at'][:4])}" + \
+                (", ...)" if len(p["at"]) > 4 else ")")
+        p.pop("at")
+    return list(out.values())
 
 
 def check(target: str | Path, *, device: str, archs: list[str], settings: Settings, root: Path | None = None,
@@ -88,7 +110,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None
         out["problems"].append(problem(f"the check worker failed: {raw.get('status')}: {raw.get('message')}",
                                        str(kernel.target), tail[-1][:300] if tail else ""))
         return
-    out["problems"] += raw["problems"]
+    out["problems"] += grouped(raw["problems"])
     out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
     unreached = [k for k in out["kernels"] if k not in out["launched"]]
     if unreached and job["run_kernels"] and not raw["problems"]:

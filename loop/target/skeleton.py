@@ -15,6 +15,14 @@ from pathlib import Path
 from loop.common.errors import UserError
 
 OUTPUT_NAMES = {"out", "output", "y", "result", "dst", "o"}
+# parameters that are scalars or options, not tensors, going by their names
+SCALAR_NAMES = {"eps", "epsilon", "offset", "alpha", "beta", "scale", "dim", "axis", "p", "bias_scale", "gate_multiplier"}
+SCALAR_HINTS = ("_mode", "mode", "is_", "use_", "in_place", "num_", "block", "BLOCK")
+
+
+def _is_scalar(name: str) -> bool:
+    low = name.lower()
+    return low in SCALAR_NAMES or any(low.startswith(h) or low.endswith(h) for h in SCALAR_HINTS)
 
 
 def entry_parameters(source: str, entry: str) -> list[tuple[str, str | None]]:
@@ -38,6 +46,8 @@ def skeleton(op: str, entry: str, params: list[tuple[str, str | None]]) -> str:
     for name, default in inputs:
         if default is not None:
             made.append(f'        "{name}": {default},  # the entry point\'s default')
+        elif _is_scalar(name):
+            made.append(f'        "{name}": None,  # TODO: its value (a scalar or an option, going by its name)')
         else:
             made.append(f'        "{name}": torch.randn(shape, generator=g, dtype=torch.float32).to(dtype),  # TODO: its shape')
     made += [f'        "{name}": torch.empty(shape, dtype=dtype),  # an output buffer (OUTPUTS)' for name in outputs]

@@ -25,8 +25,6 @@ from loop.worker.spec import Spec, dtype_name, shapes_of
 REQUIRED = ("make_inputs", "reference", "CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "DTYPES", "TOLERANCES", "flops",
             "bytes_moved")
 CALLABLE = ("make_inputs", "reference", "flops", "bytes_moved")
-# constructs the Triton interpreter does not run (a GPU run still can): searched for in the target's source
-INTERPRETER_UNSUPPORTED = ("libdevice.", "tl.extra.", "inline_asm_elementwise")
 
 
 def problem(what: str, where: str = "", hint: str = "") -> dict:
@@ -131,14 +129,14 @@ def _run_checks(torch, spec: Spec, target, entry, device: str, job: dict, spec_l
     dtypes = [d for d in spec.dtypes if not (device == "cpu" and d == "bfloat16")]
     for dtype in dtypes:
         for shape in spec.correctness_shapes:
-            at = f"at shape {shape} {dtype}"
+            at = f"at shape {shape} {dtype}"  # every problem ends with "(at shape ... dtype)": check.py groups by it
             try:
                 if not job.get("run_kernels", True):  # cuTile without a GPU: the spec's side only
                     harness.reference(harness.make_inputs(shape, dtype, 12345))
                     continue
                 rec = harness.check_one(target, "candidate", shape, dtype, 12345)
             except SpecError as exc:
-                out.append(problem(f"{exc} ({at})", spec_lines.of_exception(exc) if exc.__traceback__ else spec_lines.shown))
+                out.append(problem(f"{exc} ({at})", spec_lines.of_exception(exc)))
                 continue
             except ImplFailure as exc:
                 out.append(_kernel_failure(exc, at, device, target_lines))
@@ -149,20 +147,50 @@ def _run_checks(torch, spec: Spec, target, entry, device: str, job: dict, spec_l
                                    "make_inputs and reference must work at every correctness shape and dtype"))
                 continue
             if not rec["ok"]:
-                out.append(problem(f"outputs do not match the reference {at}: {rec['reason']}", target_lines.shown,
+                out.append(problem(f"outputs do not match the reference: {rec['reason']} ({at})", target_lines.shown,
                                    "the kernel, the reference or TOLERANCES is wrong at this shape"))
     return out
 
 
 def _kernel_failure(exc: ImplFailure, at: str, device: str, lines: Lines) -> dict:
-    text = lines.path.read_text(errors="replace")
-    unsupported = [c for c in INTERPRETER_UNSUPPORTED if c in text]
-    if device == "cpu" and unsupported:
-        line = next(i for i, t in enumerate(text.splitlines(), 1) if unsupported[0] in t)
-        return problem(f"the Triton interpreter cannot run {unsupported[0].rstrip('.')} ({at}): {exc.message[:200]}",
-                       f"{lines.shown}:{line}", "check it on a GPU (tileloop check --device cuda); the GPU path runs it")
-    return problem(f"the kernel failed {at}: {exc.status}: {exc.message[:300]}", lines.shown,
+    if device == "cpu":
+        found = interpreter_limits(lines.path.read_text(errors="replace"), exc.message)
+        if found:
+            construct, line = found
+            return problem(f"the Triton interpreter cannot run {construct} ({at})", f"{lines.shown}:{line}",
+                           "check it on a GPU (tileloop check --device cuda): the GPU path runs it")
+    return problem(f"the kernel failed: {exc.status}: {exc.message[:300]} ({at})", lines.shown,
                    "fix the kernel, or the inputs make_inputs gives it")
+
+
+def interpreter_limits(source: str, message: str) -> tuple[str, int] | None:
+    """The construct of `source` that the Triton interpreter's failure `message` points at, and its
+    line: `.to()` on a scalar argument (the interpreter passes Python numbers), libdevice and
+    tl.extra calls, inline assembly."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    scalars = {a.arg for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)
+               for a in fn.args.args if not a.arg.endswith("_ptr") and a.annotation is None}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "to" and isinstance(node.value, ast.Name) \
+                and node.value.id in scalars:
+            found.append(("scalar", f"`{node.value.id}.to(...)` on a scalar argument (a Python number there)", node.lineno))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and "libdevice" in ast.unparse(node):
+            found.append(("libdevice", "libdevice functions", node.lineno))
+        elif isinstance(node, ast.Attribute) and node.attr in ("inline_asm_elementwise", "extra"):
+            found.append(("asm", f"`{ast.unparse(node)}`", node.lineno))
+    if not found:
+        return None
+    scalar_error = "object has no attribute 'to'" in message
+    best = next((f for f in found if (f[0] == "scalar") == scalar_error), found[0])
+    return best[1], best[2]
+
+
+def _is_jit(fn: ast.FunctionDef) -> bool:
+    return any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in fn.decorator_list)
 
 
 def _sized(spec: Spec, lines: Lines) -> list[dict]:
