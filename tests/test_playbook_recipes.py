@@ -202,7 +202,7 @@ def test_tileir_configs_key_on_the_causal_flag_too():
 @pytest.mark.parametrize("op", ["vector_add", "softmax", "layernorm", "rmsnorm", "row_sum", "silu_mul", "matmul",
                                 "attention"])
 def test_autotune_space_is_modest_and_contains_the_current_config(op):
-    from playbook.triton.autotune import block_space, option_space
+    from playbook.triton.autotune_space import block_space, option_space
 
     c = one("triton-autotune", src(op, "triton"))
     n = int(c.title.split("(")[1].split(" configs")[0])

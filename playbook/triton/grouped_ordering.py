@@ -76,6 +76,67 @@ def grouped_lines(tl: str, pid: str, num_pid_m: str, num_pid_n: str, pid_m: str,
     ]
 
 
+def _one_program_id(fn: cst.FunctionDef, tl: str, stmts: list, i: int) -> list[str] | None:
+    """The grouped mapping for `pid_m = pid // num_pid_n`, `pid_n = pid % num_pid_n` (either order) at
+    statements i and i + 1; None when they are not that split."""
+    name = fn.name.value
+    a, b = assign_of(stmts[i]), assign_of(stmts[i + 1])
+    div = _split(a[1], cst.FloorDivide) or _split(b[1], cst.FloorDivide)
+    mod = _split(b[1], cst.Modulo) or _split(a[1], cst.Modulo)
+    if not (div and mod and div == mod):
+        return None
+    pid, num_pid_n = div
+    pid_m = a[0] if _split(a[1], cst.FloorDivide) else b[0]
+    pid_n = b[0] if pid_m == a[0] else a[0]
+    earlier = [assign_of(s) for s in stmts[:i]]
+    if not any(x and x[0] == pid and _program_id_axis(x[1], tl) == 0 for x in earlier):
+        raise Skip(f"{pid} is not tl.program_id(0)")
+    cdivs = [x[0] for x in earlier if x and is_call(x[1], tl, "cdiv") and x[0] != num_pid_n]
+    num_pid_m = "num_pid_m" if "num_pid_m" in cdivs else (cdivs[0] if len(cdivs) == 1 else None)
+    if num_pid_m is None:
+        raise Skip("cannot tell which tl.cdiv(...) is the number of tile rows")
+    used = names_in(fn)
+    if used & NEW_NAMES:
+        raise Skip(f"{name} already uses {', '.join(sorted(used & NEW_NAMES))}")
+    return grouped_lines(tl, pid, num_pid_m, num_pid_n, pid_m, pid_n)
+
+
+def _two_program_ids(fn: cst.FunctionDef, tl: str, stmts: list, i: int) -> list[str] | None:
+    """The grouped mapping of a 2-D grid, `pid_m = tl.program_id(0)`, `pid_n = tl.program_id(1)`
+    (either order) at statements i and i + 1, over the launch order; None when they are not that pair."""
+    name = fn.name.value
+    a, b = assign_of(stmts[i]), assign_of(stmts[i + 1])
+    axes = {_program_id_axis(a[1], tl): a[0], _program_id_axis(b[1], tl): b[0]}
+    if set(axes) != {0, 1}:
+        return None
+    blocks = {p.name.value for p in params(fn) if p.name.value.isupper()}
+    not_tiles = [axes[ax] for ax in (0, 1) if not _indexes_tiles(fn, axes[ax], blocks)]
+    if not_tiles:
+        raise Skip(f"{name}: {', '.join(not_tiles)} does not index a tile (`pid * BLOCK`): not a 2-D tile grid")
+    if len(calls(fn.body, tl, "program_id")) != 2:
+        raise Skip(f"{name} reads the program id more than twice (a 3-D grid?)")
+    clash = names_in(fn) & (NEW_NAMES | {"num_pid_m", "num_pid_n", "pid"})
+    if clash:
+        raise Skip(f"{name} already uses {', '.join(sorted(clash))}")
+    return [f"num_pid_m = {tl}.num_programs(0)",
+            f"num_pid_n = {tl}.num_programs(1)",
+            f"pid = {tl}.program_id(1) * num_pid_m + {tl}.program_id(0)  # launch order: axis 0 fastest",
+            *grouped_lines(tl, "pid", "num_pid_m", "num_pid_n", axes[0], axes[1])]
+
+
+def _mapping(fn: cst.FunctionDef, tl: str) -> tuple[list[str], int]:
+    """The statements of the grouped mapping, and the index of the first of the two adjacent
+    statements of the kernel body they replace."""
+    stmts = list(fn.body.body)
+    for i in range(len(stmts) - 1):
+        if not (assign_of(stmts[i]) and assign_of(stmts[i + 1])):
+            continue
+        lines = _one_program_id(fn, tl, stmts, i) or _two_program_ids(fn, tl, stmts, i)
+        if lines:
+            return lines, i
+    raise Skip(f"{fn.name.value}: no `pid // num_pid_n, pid % num_pid_n` split and no 2-D program id pair")
+
+
 @register
 class GroupedOrdering(PatternRecipe):
     id = "grouped-ordering"
@@ -109,54 +170,8 @@ class GroupedOrdering(PatternRecipe):
         if any(p.default is not None for p in params(fn)) or isinstance(fn.params.star_arg, cst.Param) \
                 or fn.params.star_kwarg is not None:
             raise Skip(f"{name} has parameter defaults or *args")
-        used = names_in(fn)
+        lines, start = _mapping(fn, tl)
         stmts = list(fn.body.body)
-        lines: list[str] | None = None
-        start = None
-        for i in range(len(stmts) - 1):
-            a, b = assign_of(stmts[i]), assign_of(stmts[i + 1])
-            if not (a and b):
-                continue
-            # one program id: pid_m = pid // num_pid_n; pid_n = pid % num_pid_n (either order)
-            div = _split(a[1], cst.FloorDivide) or _split(b[1], cst.FloorDivide)
-            mod = _split(b[1], cst.Modulo) or _split(a[1], cst.Modulo)
-            if div and mod and div == mod:
-                pid, num_pid_n = div
-                pid_m = a[0] if _split(a[1], cst.FloorDivide) else b[0]
-                pid_n = b[0] if pid_m == a[0] else a[0]
-                earlier = [assign_of(s) for s in stmts[:i]]
-                if not any(x and x[0] == pid and _program_id_axis(x[1], tl) == 0 for x in earlier):
-                    raise Skip(f"{pid} is not tl.program_id(0)")
-                cdivs = [x[0] for x in earlier if x and is_call(x[1], tl, "cdiv") and x[0] != num_pid_n]
-                num_pid_m = "num_pid_m" if "num_pid_m" in cdivs else (cdivs[0] if len(cdivs) == 1 else None)
-                if num_pid_m is None:
-                    raise Skip("cannot tell which tl.cdiv(...) is the number of tile rows")
-                if used & NEW_NAMES:
-                    raise Skip(f"{name} already uses {', '.join(sorted(used & NEW_NAMES))}")
-                lines = grouped_lines(tl, pid, num_pid_m, num_pid_n, pid_m, pid_n)
-                start = i
-                break
-            # 2-D grid: pid_m = tl.program_id(0); pid_n = tl.program_id(1) (either order)
-            axes = {_program_id_axis(a[1], tl): a[0], _program_id_axis(b[1], tl): b[0]}
-            if set(axes) == {0, 1}:
-                blocks = {p.name.value for p in params(fn) if p.name.value.isupper()}
-                not_tiles = [axes[ax] for ax in (0, 1) if not _indexes_tiles(fn, axes[ax], blocks)]
-                if not_tiles:
-                    raise Skip(f"{name}: {', '.join(not_tiles)} does not index a tile (`pid * BLOCK`): not a 2-D tile grid")
-                if len(calls(fn.body, tl, "program_id")) != 2:
-                    raise Skip(f"{name} reads the program id more than twice (a 3-D grid?)")
-                clash = used & (NEW_NAMES | {"num_pid_m", "num_pid_n", "pid"})
-                if clash:
-                    raise Skip(f"{name} already uses {', '.join(sorted(clash))}")
-                lines = [f"num_pid_m = {tl}.num_programs(0)",
-                         f"num_pid_n = {tl}.num_programs(1)",
-                         f"pid = {tl}.program_id(1) * num_pid_m + {tl}.program_id(0)  # launch order: axis 0 fastest",
-                         *grouped_lines(tl, "pid", "num_pid_m", "num_pid_n", axes[0], axes[1])]
-                start = i
-                break
-        if lines is None or start is None:
-            raise Skip(f"{name}: no `pid // num_pid_n, pid % num_pid_n` split and no 2-D program id pair")
-
         new_stmts = [cst.parse_statement(line + "\n") for line in lines]
         new_stmts[0] = new_stmts[0].with_changes(leading_lines=[
             *stmts[start].leading_lines,

@@ -51,7 +51,8 @@ from playbook.cst.launches import Launch, bound_args, only_launch, triton_launch
 from playbook.cst.names import assign_of, names_in
 from playbook.cst.source import Skip, checked, code_of, parse, walk
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
-from playbook.triton.persistent_loop import WRAPPER_INDENT, Grid, Translator, plan_kernel, resolve_grid
+from playbook.triton.persistent_grid import WRAPPER_INDENT, Grid, Translator, resolve_grid
+from playbook.triton.persistent_loop import plan_kernel
 from playbook.triton.whole_row import SUFFIX as WHOLE_ROW_SUFFIX
 
 CONSTANT = "PROGRAMS_PER_SM"

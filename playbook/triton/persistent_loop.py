@@ -1,5 +1,5 @@
-"""The kernel side of `triton-persistent`: a launch's grid in kernel terms, and the kernel body
-rewritten into a loop over its work items (see playbook/triton/persistent.py for the recipe).
+"""The kernel side of `triton-persistent`: the kernel body rewritten into a loop over its work
+items (see playbook/triton/persistent.py for the recipe, persistent_grid.py for the grid).
 
 `plan_kernel` decides, statement by statement, what becomes of the body: the statements that
 name the program ids (`row = tl.program_id(0)`) become the loop variable or are decoded from it,
@@ -11,20 +11,18 @@ original order. Anything it cannot rewrite safely raises `Skip` with the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import libcst as cst
 
-from playbook.cst.aliases import Aliases, calls, is_call
-from playbook.cst.kernels import is_constexpr, params
-from playbook.cst.launches import Launch, bound_args
+from playbook.cst.aliases import calls, is_call
+from playbook.cst.kernels import params
 from playbook.cst.names import assign_of, assigned_names, assignments, names_in
 from playbook.cst.source import Skip, code_of, walk
+from playbook.triton.persistent_grid import Grid, Translator
 
 HOISTABLE = {"arange", "cdiv", "minimum", "maximum", "multiple_of", "max_contiguous", "full", "zeros"}
 SPINNING = ("atomic_cas", "atomic_xchg")  # flags and locks between programs
-WRAPPER_INDENT = 4  # a launch wrapper's statements, in a module-level function
-SIZE_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
-OP_TEXT = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.FloorDivide: "//"}
 
 
 # ----------------------------------------------------------------------------------- small helpers
@@ -58,79 +56,7 @@ def is_persistent(fn: cst.FunctionDef, tl: str) -> bool:
     return any(isinstance(n, cst.For) and calls(n.iter, tl, "num_programs") for n in walk(fn.body))
 
 
-# ----------------------------------------------------------------------------------- the grid
-
-
-@dataclass(frozen=True)
-class Grid:
-    tuple_node: cst.Tuple  # the grid tuple (inline, assigned to a name, or the body of a lambda)
-    axes: list[cst.BaseExpression]
-    meta: str | None  # the lambda's parameter, when the grid is a function of the meta-parameters
-    column: int  # where the tuple starts once it is assigned to a name (for line breaks)
-
-
-def resolve_grid(launch: Launch) -> Grid:
-    expr = launch.grid
-    if isinstance(expr, cst.Name):
-        assigns = [n for n in walk(launch.wrapper.body) if isinstance(n, cst.Assign)
-                   and any(isinstance(t.target, cst.Name) and t.target.value == expr.value for t in n.targets)]
-        uses = [n for n in walk(launch.wrapper.body) if isinstance(n, cst.Name) and n.value == expr.value]
-        if len(assigns) != 1 or len(assigns[0].targets) != 1 or len(uses) != 2:
-            raise Skip(f"grid `{expr.value}` is not assigned exactly once and used only by the launch")
-        expr = assigns[0].value
-    meta = None
-    if isinstance(expr, cst.Lambda):
-        ps = expr.params
-        if len(ps.params) != 1 or ps.posonly_params or ps.kwonly_params or ps.star_kwarg is not None \
-                or isinstance(ps.star_arg, cst.Param):
-            raise Skip("the grid function does not take exactly one argument (the meta-parameters)")
-        meta = ps.params[0].name.value
-        expr = expr.body
-    if not isinstance(expr, cst.Tuple) or not 1 <= len(expr.elements) <= 3 \
-            or any(isinstance(e, cst.StarredElement) for e in expr.elements):
-        raise Skip(f"the grid is not a tuple of 1 to 3 sizes: `{code_of(expr)}`")
-    column = WRAPPER_INDENT + len(f"{code_of(launch.grid) if isinstance(launch.grid, cst.Name) else 'grid'} = ")
-    column += len(f"lambda {meta}: ") if meta else 0
-    return Grid(expr, [e.value for e in expr.elements], meta, column)
-
-
-class Translator:
-    """Grid sizes (wrapper expressions) as kernel expressions: names through the launch arguments
-    they are passed as, `meta["BLOCK"]` as the constexpr BLOCK, `triton.cdiv` as `tl.cdiv`."""
-
-    def __init__(self, launch: Launch, fn: cst.FunctionDef, al: Aliases, meta: str | None):
-        self.tl, self.triton, self.meta = al.tl, al.triton, meta
-        pnames = [p.name.value for p in params(fn)]
-        self.constexprs = {p.name.value for p in params(fn) if is_constexpr(p, al)}
-        self.by_code: dict[str, str] = {}
-        for name, value in bound_args(launch, pnames):
-            if not isinstance(value, cst.Integer):
-                self.by_code.setdefault(code_of(value), name)
-        assigned = assignments(launch.wrapper)
-        self.unstable = {name for name, values in assigned.items() if len(values) > 1}
-
-    def __call__(self, expr: cst.BaseExpression) -> str | None:
-        code = code_of(expr)
-        if code in self.by_code:
-            return self.by_code[code]
-        if isinstance(expr, cst.Integer):
-            return expr.value
-        if (isinstance(expr, cst.Subscript) and self.meta and isinstance(expr.value, cst.Name)
-                and expr.value.value == self.meta and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
-                and isinstance(expr.slice[0].slice.value, cst.SimpleString)):
-            key = expr.slice[0].slice.value.evaluated_value
-            return key if key in self.constexprs else None
-        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, SIZE_OPS):
-            left, right = self(expr.left), self(expr.right)
-            return None if left is None or right is None else f"({left} {OP_TEXT[type(expr.operator)]} {right})"
-        if is_call(expr, self.triton, "cdiv") and len(expr.args) == 2 and all(a.keyword is None for a in expr.args):
-            a, b = self(expr.args[0].value), self(expr.args[1].value)
-            return None if a is None or b is None else f"{self.tl}.cdiv({a}, {b})"
-        return None
-
-
-# ----------------------------------------------------------------------------------- the kernel
-
+# ----------------------------------------------------------------------------------- the plan
 
 
 @dataclass
@@ -180,10 +106,21 @@ def _hoistable(stmt: cst.CSTNode) -> bool:
     return True
 
 
-def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
-                helpers: dict[str, cst.FunctionDef]) -> KernelPlan:
+@dataclass
+class _Ids:
+    """The kernel's names for its program ids and grid sizes, by axis."""
+    pid: dict[int, str]
+    size: dict[int, str]
+    drop: set[int]  # statements that only name a program id (or the launch-order index): the loop takes them over
+    size_stmt: dict[int, int]  # axis -> index of its `x = tl.num_programs(a)` statement
+    own: set[str]  # of those names, the ones the kernel gave itself
+
+
+def _check(fn: cst.FunctionDef, tl: str, n: int, helpers: dict[str, cst.FunctionDef],
+           assigned: dict[str, list[cst.BaseExpression]]) -> None:
+    """Skip a kernel whose meaning a loop over its work items would change, or that it cannot see through."""
     name = fn.name.value
-    if any(isinstance(n, cst.Return) for n in walk(fn.body)):
+    if any(isinstance(node, cst.Return) for node in walk(fn.body)):
         raise Skip(f"{name} returns early: in a persistent loop that would drop the program's other work items")
     if calls(fn.body, tl, *SPINNING):
         raise Skip(f"{name} uses tl.atomic_cas / tl.atomic_xchg: a program could wait on a work item it owns itself")
@@ -194,29 +131,26 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
     axes = {program_axis(c) for c in calls(fn.body, tl, "program_id", "num_programs")}
     if None in axes:
         raise Skip(f"{name} reads a program id whose axis is not a literal")
-    n = len(grid.axes)
     if max(axes) >= n:
         raise Skip(f"{name} reads program axis {max(axes)} of a {n}-D grid")
     called = {c.func.value for c in walk(fn.body) if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)}
     for helper in sorted(called & set(helpers)):
         if _reads_pid(helpers[helper], tl):
             raise Skip(f"{name} calls {helper}, which reads the program id itself")
-    assigned = assignments(fn)
     pnames = [p.name.value for p in params(fn)]
     rebound = sorted(set(pnames) & set(assigned))
     if rebound:
         raise Skip(f"{name} reassigns its parameter {', '.join(rebound)}: a loop would carry the new value "
                    f"from one work item to the next")
 
-    def once(var: str) -> bool:
-        return len(assigned.get(var, [])) == 1
 
-    stmts = list(fn.body.body)
-    # the kernel's own names for its program ids and grid sizes (top-level `x = tl.program_id(a)`)
+def _program_ids(stmts: list[cst.BaseStatement], tl: str, n: int, once: Callable[[str], bool]) -> _Ids:
+    """The kernel's own names for its program ids and grid sizes (top-level `x = tl.program_id(a)`,
+    `x = tl.num_programs(a)`), and new names for the axes it does not name."""
     pid: dict[int, str] = {}
     size: dict[int, str] = {}
     drop: set[int] = set()
-    size_stmt: dict[int, int] = {}  # axis -> index of its `x = tl.num_programs(a)` statement
+    size_stmt: dict[int, int] = {}
     for i, stmt in enumerate(stmts):
         a = assign_of(stmt)
         if a is None or not once(a[0]):
@@ -231,20 +165,27 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
     for a in range(n):
         pid.setdefault(a, "pid" if n == 1 else f"pid_{a}")
         size.setdefault(a, "n_rows" if n == 1 and pid[a] == "row" else f"num_{pid[a]}")
+    return _Ids(pid, size, drop, size_stmt, own)
 
-    # the loop variable: the 1-D program id, or the launch-order index of a 2-D grid, or a new tile index
-    loop_var = pid[0] if n == 1 else None
+
+def _loop_variable(stmts: list[cst.BaseStatement], tl: str, n: int, ids: _Ids, once: Callable[[str], bool]) -> str:
+    """The loop variable: the 1-D program id, or the launch-order index of a 2-D grid (its statement
+    then goes, as the program ids' do), or a new tile index."""
+    loop_var = ids.pid[0] if n == 1 else None
     if n == 2:
         for i, stmt in enumerate(stmts):
             a = assign_of(stmt)
-            if a and i not in drop and once(a[0]) and _linear_pid(a[1], tl, size[0]):
+            if a and i not in ids.drop and once(a[0]) and _linear_pid(a[1], tl, ids.size[0]):
                 loop_var = a[0]
-                own.add(a[0])
-                drop.add(i)
+                ids.own.add(a[0])
+                ids.drop.add(i)
                 break
-    loop_var = loop_var or "tile_id"
+    return loop_var or "tile_id"
 
-    # the grid in kernel terms; a size the kernel cannot compute from its arguments becomes a parameter
+
+def _grid_bounds(grid: Grid, translate: Translator, ids: _Ids) -> tuple[dict[int, str], dict[str, cst.BaseExpression]]:
+    """The grid in kernel terms, by axis; a size the kernel cannot compute from its arguments
+    becomes a new parameter (returned with the wrapper expression the launch passes for it)."""
     bounds: dict[int, str] = {}
     new_params: dict[str, cst.BaseExpression] = {}
     for a, expr in enumerate(grid.axes):
@@ -257,29 +198,33 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
         elif grid.meta and grid.meta in names_in(expr):
             raise Skip(f"grid axis {a} (`{code_of(expr)}`) reads the meta-parameters in a way the kernel cannot recompute")
         else:  # named after the size, unless a `x = tl.num_programs(a)` statement already holds that name
-            param = size[a] if a not in size_stmt else f"grid_size_{a}"
+            param = ids.size[a] if a not in ids.size_stmt else f"grid_size_{a}"
             new_params[param] = expr
             bounds[a] = param
-    named = {size[program_axis(c)] for c in calls(fn.body, tl, "num_programs")} | ({size[a] for a in range(n)} if n > 1 else set())
-    declared = [a for a in range(n) if size[a] in named and a not in size_stmt and bounds[a] not in new_params]
+    return bounds, new_params
 
-    replacer = _ReplacePids(tl, pid, size)
-    tainted = {loop_var, *pid.values()}
+
+def _split_body(stmts: list[cst.BaseStatement], tl: str, ids: _Ids, loop_var: str, bounds: dict[int, str],
+                declared: list[int], once: Callable[[str], bool]) -> tuple[list, list, list]:
+    """The kernel body in three: its docstring, what stays before the loop (the grid sizes it names,
+    work-item invariant index arithmetic assigned once), and the loop body in its original order."""
+    replacer = _ReplacePids(tl, ids.pid, ids.size)
+    tainted = {loop_var, *ids.pid.values()}
     prefix: list[cst.BaseStatement] = []
-    hoisted: list[cst.BaseStatement] = [cst.parse_statement(f"{size[a]} = {bounds[a]}\n") for a in declared]
+    hoisted: list[cst.BaseStatement] = [cst.parse_statement(f"{ids.size[a]} = {bounds[a]}\n") for a in declared]
     body: list[cst.BaseStatement] = []
     carry: list[cst.EmptyLine] = []  # comments of dropped statements move to the next statement
     for i, stmt in enumerate(stmts):
         if i == 0 and _is_docstring(stmt):
             prefix.append(stmt)
             continue
-        if i in drop:
+        if i in ids.drop:
             carry.extend(line for line in stmt.leading_lines if line.comment is not None)
             continue
         if carry:
             stmt = stmt.with_changes(leading_lines=[*stmt.leading_lines, *carry])
             carry = []
-        axis = next((a for a, j in size_stmt.items() if j == i), None)
+        axis = next((a for a, j in ids.size_stmt.items() if j == i), None)
         if axis is not None:  # `num_pid_m = tl.num_programs(0)` -> the grid size it stood for
             hoisted.append(stmt.with_changes(body=[stmt.body[0].with_changes(value=cst.parse_expression(bounds[axis]))]))
             continue
@@ -290,33 +235,61 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
         else:
             body.append(new)
             tainted |= assigned_names(new)
+    return prefix, hoisted, body
 
-    # the loop, and for multi-axis grids the program ids decoded from the tile index (axis 0 fastest)
+
+def _decode(body: list[cst.BaseStatement], loop_var: str, ids: _Ids, n: int) -> list[cst.BaseStatement]:
+    """For multi-axis grids: the program ids the loop body reads, decoded from the tile index (axis
+    0 fastest, as a grid is dispatched)."""
     decode: list[cst.BaseStatement] = []
-    if n > 1:
-        reads = set().union(set(), *(names_in(s) for s in body))
-        for a in range(n):
-            if pid[a] not in reads:
-                continue
-            if a == 0:
-                expr = f"{loop_var} % {size[0]}"
-            elif a == n - 1:
-                expr = f"{loop_var} // " + (size[0] if n == 2 else f"({size[0]} * {size[1]})")
-            else:
-                expr = f"{loop_var} // {size[0]} % {size[1]}"
-            decode.append(cst.parse_statement(f"{pid[a]} = {expr}\n"))
-        if decode:
-            decode[0] = cst.parse_statement(code_of(decode[0]).rstrip("\n") + "  # axis 0 fastest, as the grid was dispatched\n")
+    if n == 1:
+        return decode
+    pid, size = ids.pid, ids.size
+    reads = set().union(set(), *(names_in(s) for s in body))
+    for a in range(n):
+        if pid[a] not in reads:
+            continue
+        if a == 0:
+            expr = f"{loop_var} % {size[0]}"
+        elif a == n - 1:
+            expr = f"{loop_var} // " + (size[0] if n == 2 else f"({size[0]} * {size[1]})")
+        else:
+            expr = f"{loop_var} // {size[0]} % {size[1]}"
+        decode.append(cst.parse_statement(f"{pid[a]} = {expr}\n"))
+    if decode:
+        decode[0] = cst.parse_statement(code_of(decode[0]).rstrip("\n") + "  # axis 0 fastest, as the grid was dispatched\n")
+    return decode
+
+
+def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
+                helpers: dict[str, cst.FunctionDef]) -> KernelPlan:
+    name = fn.name.value
+    n = len(grid.axes)
+    assigned = assignments(fn)
+    _check(fn, tl, n, helpers, assigned)
+
+    def once(var: str) -> bool:
+        return len(assigned.get(var, [])) == 1
+
+    stmts = list(fn.body.body)
+    ids = _program_ids(stmts, tl, n, once)
+    loop_var = _loop_variable(stmts, tl, n, ids, once)
+    bounds, new_params = _grid_bounds(grid, translate, ids)
+    size = ids.size
+    named = {size[program_axis(c)] for c in calls(fn.body, tl, "num_programs")} | ({size[a] for a in range(n)} if n > 1 else set())
+    declared = [a for a in range(n) if size[a] in named and a not in ids.size_stmt and bounds[a] not in new_params]
+    prefix, hoisted, body = _split_body(stmts, tl, ids, loop_var, bounds, declared, once)
+    decode = _decode(body, loop_var, ids, n)
     if n == 1:
         bound = size[0] if size[0] in named else bounds[0]
     else:
         bound = " * ".join(size[a] for a in range(n))
     introduced = ({loop_var} | {size[a] for a in declared} | set(new_params)
-                  | {s.body[0].targets[0].target.value for s in decode}) - own
+                  | {s.body[0].targets[0].target.value for s in decode}) - ids.own
     clash = sorted(introduced & names_in(fn))
     if clash:
         raise Skip(f"{name} already uses {', '.join(clash)}")
-    items = "rows" if n == 1 and pid[0] == "row" else ("blocks" if n == 1 else "tiles")
+    items = "rows" if n == 1 and ids.pid[0] == "row" else ("blocks" if n == 1 else "tiles")
     loop = cst.parse_statement(f"for {loop_var} in {tl}.range({tl}.program_id(0), {bound}, {tl}.num_programs(0)):\n"
                                f"    pass\n")
     loop = loop.with_changes(body=loop.body.with_changes(body=[*decode, *body]), leading_lines=[cst.EmptyLine(

@@ -11,7 +11,6 @@ element offsets of the tile at that access and the tensor extents its mask impli
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -20,95 +19,8 @@ from playbook.cst.aliases import Aliases, is_call
 from playbook.cst.kernels import is_constexpr, params
 from playbook.cst.names import assign_of
 from playbook.cst.source import Skip, walk
-
-
-# ----------------------------------------------------------------------------------- expressions
-
-
-def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node).strip()
-
-
-def _strip_parens(text: str) -> str:
-    while text.startswith("(") and text.endswith(")"):
-        depth = 0
-        for ch in text[1:-1]:
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth < 0:
-                return text
-        if depth:
-            return text
-        text = text[1:-1]
-    return text
-
-
-def norm(node: cst.CSTNode | str) -> str:
-    """An expression's code without whitespace or outer parentheses, for comparing expressions."""
-    return _strip_parens("".join((node if isinstance(node, str) else code(node)).split()))
-
-
-def _terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The summands of `a + b + c`."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return _terms(node.left) + _terms(node.right)
-    return [node]
-
-
-def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
-
-
-def _bcast(node: cst.BaseExpression) -> tuple[cst.BaseExpression, int] | None:
-    """(x, dim) for `x[:, None]` (dim 0) or `x[None, :]` (dim 1)."""
-    if not (isinstance(node, cst.Subscript) and len(node.slice) == 2):
-        return None
-    kinds = []
-    for el in node.slice:
-        s = el.slice
-        if isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None:
-            kinds.append(":")
-        elif isinstance(s, cst.Index) and isinstance(s.value, cst.Name) and s.value.value == "None":
-            kinds.append("None")
-        else:
-            return None
-    dim = {(":", "None"): 0, ("None", ":"): 1}.get(tuple(kinds))
-    return (node.value, dim) if dim is not None else None
-
-
-def _multiple_of(node: cst.BaseExpression, block: str) -> bool:
-    """`node` is `block` or a product with `block` as a factor (`pid_n * BLOCK_N`)."""
-    if norm(node) == norm(block):
-        return True
-    return (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)
-            and (_multiple_of(node.left, block) or _multiple_of(node.right, block)))
-
-
-def free_names(node: cst.CSTNode) -> list[str]:
-    """Names an expression reads (not attribute names, keyword names or lambda parameters)."""
-    skip: set[int] = set()
-    for n in walk(node):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-    return [n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in skip and n.value != "None"]
-
-
-def _bindings(fn: cst.FunctionDef) -> Counter:
-    """How often each name is bound in the kernel (assignments, augmented ones, loop targets)."""
-    out: Counter = Counter()
-    for node in walk(fn.body):
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)):
-            targets = [node.target]
-        else:
-            continue
-        for t in targets:
-            out.update(n.value for n in walk(t) if isinstance(n, cst.Name))
-    return out
+from playbook.triton.index_expressions import (bcast, bindings, code, conjuncts, free_names, multiple_of, norm,
+                                               summands)
 
 
 # ----------------------------------------------------------------------------------- pattern
@@ -146,7 +58,7 @@ class KernelBlocks:
         ps = params(fn)
         self.params = {p.name.value for p in ps}
         self.constexprs = {p.name.value for p in ps if is_constexpr(p, al)}
-        self.bound = _bindings(fn)
+        self.bound = bindings(fn)
         self.values: dict[str, cst.BaseExpression] = {}  # names bound exactly once, by `name = value`
         for node in walk(fn.body):
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -189,7 +101,7 @@ class KernelBlocks:
         stmt = self.top.get(index.value)
         if stmt is None or self.bound[index.value] != 1:
             raise Skip(f"{block}: `{index.value}` is not assigned once at the top of the kernel (it moves in a loop?)")
-        terms = _terms(assign_of(stmt)[1])
+        terms = summands(assign_of(stmt)[1])
         ranges = [t for t in terms if is_call(t, self.tl, "arange")]
         if len(ranges) != 1 or len(ranges[0].args) != 2 or norm(ranges[0].args[0].value) != "0":
             raise Skip(f"{block}: `{index.value}` is not `start + {self.tl}.arange(0, BLOCK)`")
@@ -200,7 +112,7 @@ class KernelBlocks:
         if not all(self.settled(t) for t in rest):
             raise Skip(f"{block}: the start of `{index.value}` is not fixed for the program")
         return Dim(index.value, " + ".join(code(t) for t in rest) or "0", code(size), stride.value,
-                   aligned=all(_multiple_of(t, code(size)) for t in rest))
+                   aligned=all(multiple_of(t, code(size)) for t in rest))
 
     def named_block(self, name: str) -> Block:
         """The block `name = base + ...` (a statement of the kernel body), with its loop advance if any."""
@@ -217,9 +129,9 @@ class KernelBlocks:
 
     def block(self, expr: cst.BaseExpression, label: str) -> Block:
         """`base + rows[:, None] * s0 + cols[None, :] * s1`, base a pointer argument, s0/s1 stride arguments."""
-        if not any(_bcast(n) for n in walk(expr)):
+        if not any(bcast(n) for n in walk(expr)):
             raise Skip(f"{label} is a 1-D access (the recipe rewrites 2-D tiles)")
-        terms = _terms(expr)
+        terms = summands(expr)
         base = [t for t in terms if isinstance(t, cst.Name)]
         scaled = [t for t in terms if isinstance(t, cst.BinaryOperation) and isinstance(t.operator, cst.Multiply)]
         if len(base) != 1 or len(scaled) != 2 or len(terms) != 3:
@@ -229,7 +141,7 @@ class KernelBlocks:
                        f"(the launch could not check its alignment)")
         dims: dict[int, Dim] = {}
         for t in scaled:
-            found = next(((b, s) for i, s in ((t.left, t.right), (t.right, t.left)) if (b := _bcast(i))), None)
+            found = next(((b, s) for i, s in ((t.left, t.right), (t.right, t.left)) if (b := bcast(i))), None)
             if found is None:
                 raise Skip(f"{label}: `{code(t)}` is not `offs[:, None] * stride` or `offs[None, :] * stride`")
             (index, d), stride = found
@@ -261,7 +173,7 @@ class KernelBlocks:
         if len(moves) != 1 or not self.fixed(moves[0][1]):
             raise Skip(f"`{blk.name}` is not advanced by `STEP * stride` along one of its dimensions")
         d, step = moves[0]
-        if d == 1 and not _multiple_of(step, blk.dims[1].block):
+        if d == 1 and not multiple_of(step, blk.dims[1].block):
             raise Skip(f"`{blk.name}` moves along its last dimension by `{code(step)}`, not a multiple of "
                        f"`{blk.dims[1].block}` (descriptor offsets there must stay 16-byte aligned)")
         it = loop.iter
@@ -333,7 +245,7 @@ class KernelBlocks:
     def _expand(self, node: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The conjuncts of a mask, through names bound once (`mask = a & b`)."""
         out = []
-        for term in _conjuncts(node):
+        for term in conjuncts(node):
             if isinstance(term, cst.Name) and term.value in self.values:
                 out.extend(self._expand(self.values[term.value]))
             else:
@@ -344,7 +256,7 @@ class KernelBlocks:
         """(dim, extent) for a mask term `offs[:, None] < M`, `ok[None, :]` with `ok = (v + offs) < K`,
         or `offs[None, :] < K - v` (v: what the loop has added to the offsets)."""
         why = Skip(f"mask term `{code(term)}` of `{blk.name}` is not a bound `offsets < size`")
-        outer = _bcast(term)
+        outer = bcast(term)
         if outer is not None:
             cmp_, d = outer
             if isinstance(cmp_, cst.Name) and cmp_.value in self.values:
@@ -354,7 +266,7 @@ class KernelBlocks:
             left = cmp_.left
         elif isinstance(term, cst.Comparison):
             cmp_ = term
-            inner = _bcast(cmp_.left)
+            inner = bcast(cmp_.left)
             if inner is None:
                 raise why
             left, d = inner
@@ -364,7 +276,7 @@ class KernelBlocks:
             raise why
         right = cmp_.comparisons[0].comparator
         dim = blk.dims[d]
-        lterms = [norm(t) for t in _terms(left)]
+        lterms = [norm(t) for t in summands(left)]
         if dim.index not in lterms:
             raise why
         lterms.remove(dim.index)

@@ -44,7 +44,8 @@ from playbook.cst.names import assign_of
 from playbook.cst.source import Skip, checked, parse, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
-from playbook.triton.pointer_blocks import Block, KernelBlocks, code, free_names, norm
+from playbook.triton.index_expressions import code, free_names, norm
+from playbook.triton.pointer_blocks import Block, KernelBlocks
 
 SUFFIX = "_tma"
 READY = "_tma_ready"

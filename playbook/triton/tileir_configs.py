@@ -40,7 +40,8 @@ from playbook.cst.launches import Launch, triton_launches
 from playbook.cst.source import Skip, checked, parse
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, register
-from playbook.triton.autotune import UNSUPPORTED_LAUNCH_OPTIONS, tuning_key
+from playbook.triton.autotune_key import tuning_key
+from playbook.triton.autotune_space import UNSUPPORTED_LAUNCH_OPTIONS
 
 OCCUPANCY = (1, 2, 4, 8)
 TWO_CTA_CAPABILITY = 100  # 2-CTA MMA: Blackwell (sm_100) and later

@@ -51,7 +51,7 @@ from playbook.cst.names import assign_of, assigned_names, names_in
 from playbook.cst.source import Skip, checked, code_of, parse, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
-from playbook.triton.autotune import is_size, size_names
+from playbook.triton.autotune_key import is_size, size_names
 
 SUFFIX = "_row"
 LIMIT = "MAX_ROW_BLOCK"
@@ -206,6 +206,72 @@ def _twin(fn: cst.FunctionDef, al: Aliases, loops: list[cst.For], block: str) ->
     return twin, dropped
 
 
+def _launch_statement(launch: Launch, fn: cst.FunctionDef, width: str, block: str
+                      ) -> tuple[cst.BaseExpression, cst.SimpleStatementLine]:
+    """The launch's argument for the row width N (a tensor size in the wrapper), and the launch
+    statement; Skip where the launch passes B by position or its grid depends on B."""
+    name = fn.name.value
+    pnames = [p.name.value for p in params(fn)]
+    bound = dict(bound_args(launch, pnames))
+    if width not in bound:
+        raise Skip(f"the launch of {name} does not show the argument for {width}")
+    if block in bound and kwarg_value(launch.call, block) is None:
+        raise Skip(f"the launch of {name} passes {block} by position")
+    sizes = size_names(launch.wrapper)
+    if not is_size(bound[width], sizes):
+        raise Skip(f"the argument for {width} (`{code_of(bound[width])}`) is not a tensor size in "
+                   f"{launch.wrapper.name.value}")
+    grid = [launch.grid]
+    if isinstance(launch.grid, cst.Name):
+        grid += [n.value for n in walk(launch.wrapper.body) if isinstance(n, cst.Assign)
+                 and any(isinstance(t.target, cst.Name) and t.target.value == launch.grid.value
+                         for t in n.targets)]
+    if any(isinstance(n, cst.Lambda) for g in grid for n in walk(g)):
+        raise Skip(f"the grid of {name} is a function of the meta-parameters (it depends on {block})")
+    chunk = kwarg_value(launch.call, block)
+    if chunk is not None and names_in(chunk) & set().union(*(names_in(g) for g in grid)):
+        raise Skip(f"the grid of {name} reads the chunk {block}")
+    stmt = next((s for s in walk(launch.wrapper.body) if isinstance(s, cst.SimpleStatementLine)
+                 and len(s.body) == 1 and isinstance(s.body[0], cst.Expr) and s.body[0].value is launch.call),
+                None)
+    if stmt is None:
+        raise Skip(f"the launch of {name} is not a statement of its own")
+    return bound[width], stmt
+
+
+def _dispatch(launch: Launch, stmt: cst.SimpleStatementLine, twin: str, block: str, width: str, tri: str,
+              in_place: bool) -> cst.FlattenSentinel:
+    """What replaces the launch statement: `row_block = triton.next_power_of_2(N)`, then the twin's
+    launch with B = row_block for rows up to LIMIT, the launch as it was for wider rows."""
+    taken = names_in(launch.wrapper)
+    local, warps = "row_block", "row_warps"
+    while local in taken or warps in taken:
+        local, warps = local + "_", warps + "_"
+    call = launch.call.with_changes(func=launch.call.func.with_changes(value=cst.Name(twin)))
+    call = remove_kwargs(call, {block, "num_warps", "num_stages"})
+    call = add_kwarg(call, block, cst.Name(local))
+    launch_body: list[cst.BaseStatement] = []
+    if in_place:
+        call = add_kwarg(call, "num_warps", cst.Name(warps))
+        launch_body.append(cst.parse_statement(
+            f"{warps} = min({MAX_WARPS}, max({MIN_WARPS}, {local} // {COLUMNS_PER_WARP}))  "
+            f"# {COLUMNS_PER_WARP // 32} columns per thread (not tuned: the kernel writes what it reads)\n"))
+    launch_body.append(cst.SimpleStatementLine(body=[cst.Expr(call)]).visit(ShiftContinuation(len(SUFFIX))))
+    shell = cst.parse_module(
+        "def _f():\n"
+        f"    {local} = {tri}.next_power_of_2({width})\n"
+        f"    if {local} <= {LIMIT}:  # the whole row in one block, read once\n"
+        "        pass\n"
+        f"    else:  # wider rows: the chunked kernel\n"
+        "        pass\n").body[0].body.body
+    assign_stmt, branch = shell
+    dispatch = branch.with_changes(
+        body=branch.body.with_changes(body=launch_body),
+        orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
+            body=[stmt.with_changes(leading_lines=[])])))
+    return cst.FlattenSentinel([assign_stmt.with_changes(leading_lines=stmt.leading_lines), dispatch])
+
+
 @register
 class TritonWholeRow(PatternRecipe):
     id = "triton-whole-row"
@@ -241,31 +307,7 @@ class TritonWholeRow(PatternRecipe):
                  launch: Launch) -> Candidate:
         name = fn.name.value
         loops, width, block = _row_loops(fn, al)
-        pnames = [p.name.value for p in params(fn)]
-        bound = dict(bound_args(launch, pnames))
-        if width not in bound:
-            raise Skip(f"the launch of {name} does not show the argument for {width}")
-        if block in bound and kwarg_value(launch.call, block) is None:
-            raise Skip(f"the launch of {name} passes {block} by position")
-        sizes = size_names(launch.wrapper)
-        if not is_size(bound[width], sizes):
-            raise Skip(f"the argument for {width} (`{code_of(bound[width])}`) is not a tensor size in "
-                       f"{launch.wrapper.name.value}")
-        grid = [launch.grid]
-        if isinstance(launch.grid, cst.Name):
-            grid += [n.value for n in walk(launch.wrapper.body) if isinstance(n, cst.Assign)
-                     and any(isinstance(t.target, cst.Name) and t.target.value == launch.grid.value
-                             for t in n.targets)]
-        if any(isinstance(n, cst.Lambda) for g in grid for n in walk(g)):
-            raise Skip(f"the grid of {name} is a function of the meta-parameters (it depends on {block})")
-        chunk = kwarg_value(launch.call, block)
-        if chunk is not None and names_in(chunk) & set().union(*(names_in(g) for g in grid)):
-            raise Skip(f"the grid of {name} reads the chunk {block}")
-        stmt = next((s for s in walk(launch.wrapper.body) if isinstance(s, cst.SimpleStatementLine)
-                     and len(s.body) == 1 and isinstance(s.body[0], cst.Expr) and s.body[0].value is launch.call),
-                    None)
-        if stmt is None:
-            raise Skip(f"the launch of {name} is not a statement of its own")
+        width_arg, stmt = _launch_statement(launch, fn, width, block)
         constants = module_int_constants(module)
         if LIMIT in {n.value for n in walk(module) if isinstance(n, cst.Name)} and LIMIT not in constants:
             raise Skip(f"the module uses the name {LIMIT} for something other than an int constant")
@@ -280,34 +322,8 @@ class TritonWholeRow(PatternRecipe):
                 f"{tri}.autotune(configs=[{tri}.Config({{}}, num_warps=w) for w in {WARPS}], key=[{width!r}])"
                 .replace("'", '"')))
             twin = twin.with_changes(decorators=[tune, *twin.decorators])
-        taken = names_in(launch.wrapper)
-        local, warps = "row_block", "row_warps"
-        while local in taken or warps in taken:
-            local, warps = local + "_", warps + "_"
-        call = launch.call.with_changes(func=launch.call.func.with_changes(value=cst.Name(twin.name.value)))
-        call = remove_kwargs(call, {block, "num_warps", "num_stages"})
-        call = add_kwarg(call, block, cst.Name(local))
-        launch_body: list[cst.BaseStatement] = []
-        if in_place:
-            call = add_kwarg(call, "num_warps", cst.Name(warps))
-            launch_body.append(cst.parse_statement(
-                f"{warps} = min({MAX_WARPS}, max({MIN_WARPS}, {local} // {COLUMNS_PER_WARP}))  "
-                f"# {COLUMNS_PER_WARP // 32} columns per thread (not tuned: the kernel writes what it reads)\n"))
-        launch_body.append(cst.SimpleStatementLine(body=[cst.Expr(call)]).visit(ShiftContinuation(len(SUFFIX))))
-        shell = cst.parse_module(
-            "def _f():\n"
-            f"    {local} = {tri}.next_power_of_2({code_of(bound[width])})\n"
-            f"    if {local} <= {LIMIT}:  # the whole row in one block, read once\n"
-            "        pass\n"
-            f"    else:  # wider rows: the chunked kernel\n"
-            "        pass\n").body[0].body.body
-        assign_stmt, branch = shell
-        dispatch = branch.with_changes(
-            body=branch.body.with_changes(body=launch_body),
-            orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
-                body=[stmt.with_changes(leading_lines=[])])))
-        new = replace(module, {stmt: cst.FlattenSentinel([assign_stmt.with_changes(leading_lines=stmt.leading_lines),
-                                                         dispatch])})
+        dispatch = _dispatch(launch, stmt, twin.name.value, block, code_of(width_arg), tri, in_place)
+        new = replace(module, {stmt: dispatch})
         body = list(new.body)
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == name)
         body.insert(at + 1, twin)
