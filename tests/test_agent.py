@@ -127,7 +127,7 @@ def test_every_skill_command_runs(tmp_path, monkeypatch, capsys):
     seen = set()
     for line in commands:
         argv = shlex.split(line)[1:]
-        if argv[0] in ("init", "run"):
+        if argv[0] in ("init", "run", "check"):
             argv += ["--device", "cpu", "--archs", "sm_90"]
         if argv[0] == "run":  # unattended run: one iteration is enough to prove the command
             argv[argv.index("--max-iters") + 1] = "1"
@@ -141,5 +141,5 @@ def test_every_skill_command_runs(tmp_path, monkeypatch, capsys):
             payload = json.loads(out.out)
             assert payload["schema"] == "tileloop.cli/1" and payload["command"] == argv[0], line
         seen.add(argv[0])
-    assert {"doctor", "compile", "init", "playbook", "experience", "step", "status", "results", "history",
+    assert {"doctor", "check", "compile", "init", "playbook", "experience", "step", "status", "results", "history",
             "report", "run", "resume"} <= seen

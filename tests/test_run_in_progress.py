@@ -35,13 +35,13 @@ def test_init_refuses_a_second_run_and_run_continues_the_first(small_repo, capsy
     assert f"tileloop resume --run {first['run']}" in again["hint"] and "--branch" in again["hint"]
     assert git(small_repo, "branch", "--list", "tileloop/*").count("tileloop/") == 1
 
+    code, other = run_json(capsys, ["run", TARGET, "--device", "cuda", "--max-iters", "1"])
+    assert code == 2 and "--device" in other["error"] and first["run"] in other["error"]  # not with other options
+
     code, cont = run_json(capsys, ["run", TARGET, "--device", "cpu", "--max-iters", "1"])
     assert code == 0 and cont["run"] == first["run"]  # the same run, now unattended, one experiment further
     assert [r["iteration"] for r in cont["records"]] == [0, 1]
     assert git(small_repo, "branch", "--list", "tileloop/*").count("tileloop/") == 1
-
-    code, other = run_json(capsys, ["run", TARGET, "--device", "cuda", "--max-iters", "1"])
-    assert code == 2 and "--device" in other["error"]
     code, second = run_json(capsys, INIT + ["--branch", "tileloop/second"])  # asked for by name: a second run
     assert code == 0 and second["run"] == "second"
 
