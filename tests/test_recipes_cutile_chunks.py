@@ -30,7 +30,8 @@ from loop.cli import main
 from playbook.analysis import CUTILE_PRIORITY, analyze
 from playbook.base import page_path
 from playbook.cst.source import Skip
-from playbook.cutile.row_chunks import CHUNKED, rewrite
+from playbook.cutile.row_chunks import rewrite
+from playbook.cutile.row_forms import CHUNKED
 from tests.conftest import materialise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.cst.constants import SetConstant, module_int_constants
-from playbook.cutile.autotune import owned_knobs
+from playbook.cutile.tune_space import owned_knobs
 from playbook.recipe import Candidate, register
 
 MAX_OCCUPANCY = 32

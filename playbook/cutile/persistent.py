@@ -22,6 +22,7 @@ with the reason.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 import libcst as cst
 
 from playbook.analysis import Analysis
@@ -33,7 +34,7 @@ from playbook.cst.kernels import ct_kernels, is_ct_kernel
 from playbook.cst.names import assign_of, assignments
 from playbook.cst.source import Skip, checked, parse, walk
 from playbook.cutile.kernels import MMA_OPS, append_params, axis_of, param, statements, variables
-from playbook.cutile.launch_site import append_args, ct_launch
+from playbook.cutile.launch_site import CtLaunch, append_args, ct_launch
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 
 BLOCKS_PER_SM = "BLOCKS_PER_SM"
@@ -113,6 +114,135 @@ def _body_split(fn: cst.FunctionDef) -> tuple[list[cst.BaseStatement], list[cst.
     return [], stmts
 
 
+def _launch_to_rewrite(module: cst.Module, ct: str, fn: cst.FunctionDef) -> tuple[CtLaunch, bool, bool]:
+    """The kernel's launch, whether its grid is 2-D, and whether the module already has the SM
+    count and BLOCKS_PER_SM (another kernel's persistent grid: shared); Skip where the kernel or the
+    module does not fit."""
+    name = fn.name.value
+    if any(isinstance(n, cst.For) and calls(n.iter, ct, "bid") for n in walk(fn.body)):
+        raise Skip(f"{name} is already persistent (a loop over ct.bid)")
+    if any(isinstance(n, cst.Return) for n in walk(fn.body)):
+        raise Skip(f"{name} returns early: inside a loop that would end the block's remaining work")
+    bid_axes, nb_axes = _axes(fn, ct, "bid"), _axes(fn, ct, "num_blocks")
+    if not bid_axes:
+        raise Skip(f"{name} never reads ct.bid")
+    launch = ct_launch(module, ct, name)
+    grid = launch.grid
+    if len(grid) == 3 and not _is_one(grid[2]) or 2 in bid_axes + nb_axes:
+        raise Skip(f"{name} has a 3-D grid")
+    two_d = len(grid) >= 2 and not _is_one(grid[1])
+    if not two_d and 1 in bid_axes + nb_axes:
+        raise Skip(f"{name} reads axis 1 of a 1-D grid")
+    module_names = variables(module)
+    shared = _has_sm_count(module) and BLOCKS_PER_SM in module_int_constants(module)  # another kernel's
+    clash = {BLOCKS_PER_SM, SM_COUNT} & module_names
+    if clash and not shared:
+        raise Skip(f"the module already uses {', '.join(sorted(clash))}")
+    if "functools" in module_names and not _imports_functools(module):
+        raise Skip("`functools` names something other than the module")
+    if not imports(module, "torch"):
+        raise Skip("needs `import torch` (the SM count comes from torch.cuda.get_device_properties)")
+    return launch, two_d, shared
+
+
+@dataclass
+class _Work:
+    """How the kernel's block ids become a loop over its work items."""
+    body: list[cst.BaseStatement]  # the statements that become the loop body
+    mapping: dict[cst.CSTNode, cst.BaseExpression]  # ct.bid / ct.num_blocks reads -> their loop-time values
+    header: str  # the `for ... in range(ct.bid(0), ..., ct.num_blocks(0)):` line
+    params: list[cst.Param]  # new kernel parameters: the grid's extents
+    extents: list[str]  # their names
+    what: str  # what the work items are (rows, tiles, work items)
+    count: str  # their number, in the kernel
+
+
+def _work_2d(fn: cst.FunctionDef, ct: str, launch: CtLaunch, body: list[cst.BaseStatement]) -> _Work:
+    """A 2-D grid: a loop over the linear work id in launch order (axis 0 fastest), each block id
+    decoded from it."""
+    name = fn.name.value
+    assigned = assignments(fn)
+    var, extents = "work_id", ["grid_0", "grid_1"]
+    clash = (variables(fn) | variables(launch.wrapper)) & {var, *extents, "blocks"}
+    if clash:
+        raise Skip(f"{name} or its wrapper already uses {', '.join(sorted(clash))}")
+    mapping: dict[cst.CSTNode, cst.BaseExpression] = {}
+    direct = {s.body[0].value for s in body if assign_of(s) and axis_of(assign_of(s)[1], ct, "bid") is not None}
+    for value in (v for values in assigned.values() for v in values if _is_linear_bid(v, ct, assigned)):
+        mapping[value] = cst.Name(var)  # the launch-order linearisation is the work id itself
+    for call in calls(fn.body, ct, "bid", "num_blocks"):
+        if is_attr(call.func, ct, "num_blocks"):
+            mapping[call] = cst.Name(extents[axis_of(call, ct, "num_blocks")])
+        else:
+            op = "%" if axis_of(call, ct, "bid") == 0 else "//"
+            expr = cst.parse_expression(f"{var} {op} {extents[0]}")
+            mapping[call] = expr if call in direct else expr.with_changes(
+                lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    header = f"for {var} in range({ct}.bid(0), {extents[0]} * {extents[1]}, {ct}.num_blocks(0)):"
+    what = "tiles" if calls(fn.body, ct, *MMA_OPS) else "work items"
+    return _Work(body, mapping, header, [param(e, "int") for e in extents], extents, what,
+                 f"{extents[0]} * {extents[1]}")
+
+
+def _work_1d(fn: cst.FunctionDef, ct: str, launch: CtLaunch, body: list[cst.BaseStatement]) -> _Work:
+    """A 1-D grid: a loop whose variable is the block id's own name (`row`), when the kernel names
+    it once, else `work_id`; its statement `row = ct.bid(0)` goes."""
+    name = fn.name.value
+    assigned = assignments(fn)
+    used = variables(fn)
+    first = next((s for s in body if assign_of(s) and axis_of(assign_of(s)[1], ct, "bid") == 0), None)
+    named = assign_of(first)[0] if first is not None else None
+    var = named if named and len(assigned.get(named, [])) == 1 else "work_id"
+    if var == "work_id" and var in used:
+        raise Skip(f"{name} already uses work_id")
+    if var != "work_id":
+        body = [s for s in body if s is not first]
+    count = "num_rows" if var == "row" else "num_items"
+    clash = (used | variables(launch.wrapper)) & {count, "blocks"}
+    if clash:
+        raise Skip(f"{name} or its wrapper already uses {', '.join(sorted(clash))}")
+    mapping: dict[cst.CSTNode, cst.BaseExpression] = {}
+    for call in calls(fn.body, ct, "bid", "num_blocks"):
+        mapping[call] = cst.Name(var if is_attr(call.func, ct, "bid") else count)
+    header = f"for {var} in range({ct}.bid(0), {count}, {ct}.num_blocks(0)):"
+    return _Work(body, mapping, header, [param(count, "int")], [count], "rows" if var == "row" else "work items",
+                 count)
+
+
+def _fixed_grid(launch: CtLaunch, extents: list[str], two_d: bool) -> tuple[cst.BaseStatement, cst.FunctionDef]:
+    """The SM-count helper, and the wrapper launching a fixed grid of min(work, SMs x BLOCKS_PER_SM)
+    blocks with the grid's extents passed to the kernel."""
+    grid = launch.grid
+    if two_d:
+        prep = [f"{extents[0]}, {extents[1]} = {_code(grid[0])}, {_code(grid[1])}"]
+    elif isinstance(grid[0], cst.Name):
+        extents, prep = [grid[0].value], []
+    else:
+        prep = [f"{extents[0]} = {_code(grid[0])}"]
+    work = f"{extents[0]} * {extents[1]}" if two_d else extents[0]
+    prep.append(f"blocks = min({work}, {SM_COUNT}(torch.cuda.current_device()) * {BLOCKS_PER_SM})")
+    anchor = launch.grid_stmt or launch.stmt
+    launch_stmt = launch.stmt.visit(ReplaceNodes({
+        launch.grid_node: cst.parse_expression("(blocks, 1, 1)"),
+        launch.args: append_args(launch.args, extents)}))
+    wrapper_body: list[cst.BaseStatement] = []
+    for s in launch.wrapper.body.body:
+        if s is anchor:
+            wrapper_body.extend(statements(prep, leading=list(anchor.leading_lines)))
+        if s is launch.stmt:
+            wrapper_body.append(launch_stmt.with_changes(leading_lines=[]) if s is anchor else launch_stmt)
+        elif s is not launch.grid_stmt:
+            wrapper_body.append(s)
+    wrapper = launch.wrapper.with_changes(body=launch.wrapper.body.with_changes(body=wrapper_body))
+    helper = cst.parse_statement(
+        f"@functools.cache\n"
+        f"def {SM_COUNT}(device: int) -> int:\n"
+        f'    """Streaming multiprocessors of a device, asked once per device."""\n'
+        f"    return torch.cuda.get_device_properties(device).multi_processor_count\n")
+    helper = helper.with_changes(leading_lines=launch.wrapper.leading_lines)
+    return helper, wrapper.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+
+
 @register
 class CuTilePersistent(PatternRecipe):
     id = "cutile-persistent"
@@ -145,117 +275,26 @@ class CuTilePersistent(PatternRecipe):
                          code)
 
     def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef) -> Candidate:
-        ct, name = al.ct, fn.name.value
-        if any(isinstance(n, cst.For) and calls(n.iter, ct, "bid") for n in walk(fn.body)):
-            raise Skip(f"{name} is already persistent (a loop over ct.bid)")
-        if any(isinstance(n, cst.Return) for n in walk(fn.body)):
-            raise Skip(f"{name} returns early: inside a loop that would end the block's remaining work")
-        bid_axes, nb_axes = _axes(fn, ct, "bid"), _axes(fn, ct, "num_blocks")
-        if not bid_axes:
-            raise Skip(f"{name} never reads ct.bid")
-        launch = ct_launch(module, ct, name)
-        grid = launch.grid
-        if len(grid) == 3 and not _is_one(grid[2]) or 2 in bid_axes + nb_axes:
-            raise Skip(f"{name} has a 3-D grid")
-        two_d = len(grid) >= 2 and not _is_one(grid[1])
-        if not two_d and 1 in bid_axes + nb_axes:
-            raise Skip(f"{name} reads axis 1 of a 1-D grid")
-        module_names = variables(module)
-        shared = _has_sm_count(module) and BLOCKS_PER_SM in module_int_constants(module)  # another kernel's
-        clash = {BLOCKS_PER_SM, SM_COUNT} & module_names
-        if clash and not shared:
-            raise Skip(f"the module already uses {', '.join(sorted(clash))}")
-        if "functools" in module_names and not _imports_functools(module):
-            raise Skip("`functools` names something other than the module")
-        if not imports(module, "torch"):
-            raise Skip("needs `import torch` (the SM count comes from torch.cuda.get_device_properties)")
-
+        name = fn.name.value
+        launch, two_d, shared = _launch_to_rewrite(module, al.ct, fn)
         docstring, body = _body_split(fn)
         leading = body[0].leading_lines if body else ()
-        assigned = assignments(fn)
-        used = variables(fn)
-        mapping: dict[cst.CSTNode, cst.BaseExpression] = {}
-        if two_d:
-            var, extents = "work_id", ["grid_0", "grid_1"]
-            clash = (used | variables(launch.wrapper)) & {var, *extents, "blocks"}
-            if clash:
-                raise Skip(f"{name} or its wrapper already uses {', '.join(sorted(clash))}")
-            direct = {s.body[0].value for s in body if assign_of(s) and axis_of(assign_of(s)[1], ct, "bid") is not None}
-            for value in (v for values in assigned.values() for v in values if _is_linear_bid(v, ct, assigned)):
-                mapping[value] = cst.Name(var)  # the launch-order linearisation is the work id itself
-            for call in calls(fn.body, ct, "bid", "num_blocks"):
-                if is_attr(call.func, ct, "num_blocks"):
-                    mapping[call] = cst.Name(extents[axis_of(call, ct, "num_blocks")])
-                else:
-                    op = "%" if axis_of(call, ct, "bid") == 0 else "//"
-                    expr = cst.parse_expression(f"{var} {op} {extents[0]}")
-                    mapping[call] = expr if call in direct else expr.with_changes(
-                        lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-            header = f"for {var} in range({ct}.bid(0), {extents[0]} * {extents[1]}, {ct}.num_blocks(0)):"
-            what, count_expr = "tiles" if calls(fn.body, ct, *MMA_OPS) else "work items", f"{extents[0]} * {extents[1]}"
-            new_params = [param(e, "int") for e in extents]
-        else:
-            first = next((s for s in body if assign_of(s) and axis_of(assign_of(s)[1], ct, "bid") == 0), None)
-            named = assign_of(first)[0] if first is not None else None
-            var = named if named and len(assigned.get(named, [])) == 1 else "work_id"
-            if var == "work_id" and var in used:
-                raise Skip(f"{name} already uses work_id")
-            if var != "work_id":
-                body = [s for s in body if s is not first]
-            count = "num_rows" if var == "row" else "num_items"
-            extents = [count]
-            clash = (used | variables(launch.wrapper)) & {count, "blocks"}
-            if clash:
-                raise Skip(f"{name} or its wrapper already uses {', '.join(sorted(clash))}")
-            for call in calls(fn.body, ct, "bid", "num_blocks"):
-                mapping[call] = cst.Name(var if is_attr(call.func, ct, "bid") else count)
-            header = f"for {var} in range({ct}.bid(0), {count}, {ct}.num_blocks(0)):"
-            what, count_expr = ("rows" if var == "row" else "work items"), count
-            new_params = [param(count, "int")]
-        if not body:
+        work = (_work_2d if two_d else _work_1d)(fn, al.ct, launch, body)
+        if not work.body:
             raise Skip(f"{name} has no work after reading its block id")
 
         # the kernel: its whole body (minus the docstring) becomes the loop body
-        new_body = [s.visit(ReplaceNodes(mapping)) for s in body]
-        loop = cst.ensure_type(cst.parse_statement(f"{header}\n    pass\n"), cst.For)
+        new_body = [s.visit(ReplaceNodes(work.mapping)) for s in work.body]
+        loop = cst.ensure_type(cst.parse_statement(f"{work.header}\n    pass\n"), cst.For)
         inner = [new_body[0].with_changes(leading_lines=[l for l in new_body[0].leading_lines if l.comment]),
                  *new_body[1:]]
         loop = loop.with_changes(body=loop.body.with_changes(body=inner), leading_lines=[
             *leading, cst.EmptyLine(comment=cst.Comment(
-                f"# persistent: block b computes {what} b, b + num_blocks, b + 2 * num_blocks, ..."))])
-        kernel_params = append_params(fn, new_params)
+                f"# persistent: block b computes {work.what} b, b + num_blocks, b + 2 * num_blocks, ..."))])
+        kernel_params = append_params(fn, work.params)
 
-        # the wrapper: a fixed grid from the SM count, the extents passed to the kernel
         k = _occupancy(fn, al)
-        if two_d:
-            prep = [f"{extents[0]}, {extents[1]} = {_code(grid[0])}, {_code(grid[1])}"]
-        elif isinstance(grid[0], cst.Name):
-            extents, prep = [grid[0].value], []
-        else:
-            prep = [f"{extents[0]} = {_code(grid[0])}"]
-        work = f"{extents[0]} * {extents[1]}" if two_d else extents[0]
-        prep.append(f"blocks = min({work}, {SM_COUNT}(torch.cuda.current_device()) * {BLOCKS_PER_SM})")
-        anchor = launch.grid_stmt or launch.stmt
-        launch_stmt = launch.stmt.visit(ReplaceNodes({
-            launch.grid_node: cst.parse_expression("(blocks, 1, 1)"),
-            launch.args: append_args(launch.args, extents)}))
-        wrapper_body: list[cst.BaseStatement] = []
-        for s in launch.wrapper.body.body:
-            if s is anchor:
-                wrapper_body.extend(statements(prep, leading=list(anchor.leading_lines)))
-            if s is launch.stmt:
-                wrapper_body.append(launch_stmt.with_changes(leading_lines=[]) if s is anchor else launch_stmt)
-            elif s is not launch.grid_stmt:
-                wrapper_body.append(s)
-        wrapper = launch.wrapper.with_changes(body=launch.wrapper.body.with_changes(body=wrapper_body))
-        helper = cst.parse_statement(
-            f"@functools.cache\n"
-            f"def {SM_COUNT}(device: int) -> int:\n"
-            f'    """Streaming multiprocessors of a device, asked once per device."""\n'
-            f"    return torch.cuda.get_device_properties(device).multi_processor_count\n")
-        helper = helper.with_changes(leading_lines=launch.wrapper.leading_lines)
-        wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-
+        helper, wrapper = _fixed_grid(launch, work.extents, two_d)
         new = replace(module, {
             fn: lambda upd: upd.with_changes(params=kernel_params, body=upd.body.with_changes(body=[*docstring, loop])),
             launch.wrapper: (lambda upd: wrapper) if shared else (lambda upd: cst.FlattenSentinel([helper, wrapper])),
@@ -264,6 +303,7 @@ class CuTilePersistent(PatternRecipe):
             new = add_module_constant(new, BLOCKS_PER_SM, k, "persistent grid: blocks per SM (the occupancy hint)")
             new = _import_functools(new)
         code = checked(new.code)
+        what, count_expr = work.what, work.count
         return Candidate(self.id, "persistent", f"{self.id}:{name}",
                          f"{name}: persistent grid, min({count_expr}, SMs x {k}) blocks looping over {what}",
                          f"{name}: a fixed grid of SMs x {k} blocks, each looping over {what} with stride "
