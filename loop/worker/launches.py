@@ -6,6 +6,7 @@ module) that launched are recorded by name."""
 from __future__ import annotations
 
 import contextlib
+import types
 
 
 def _name_of(fn) -> tuple[str | None, str | None]:
@@ -22,12 +23,17 @@ def _name_of(fn) -> tuple[str | None, str | None]:
 
 
 class LaunchRecorder(contextlib.AbstractContextManager):
+    """Records the launches of `target`'s own kernels; for a stand-in that is not a module (torch eager,
+    torch.compile), nothing: it has no kernels of its own."""
+
     def __init__(self, target, language: str):
-        self.module_name = target.__name__
+        self.active = isinstance(target, types.ModuleType)
+        self.module_name = target.__name__ if self.active else None
         self.language = language
         self.launched: set[str] = set()
         self.kernels = sorted({name for obj in vars(target).values()
-                               for name, mod in [_name_of(obj)] if mod == self.module_name and self._is_kernel(obj)})
+                               for name, mod in [_name_of(obj)] if mod == self.module_name and self._is_kernel(obj)}) \
+            if self.active else []
         self._undo = contextlib.ExitStack()
 
     @staticmethod
@@ -48,6 +54,8 @@ class LaunchRecorder(contextlib.AbstractContextManager):
 
     def __enter__(self):
         recorder = self
+        if not self.active:
+            return self
         if self.language == "triton":
             from triton.runtime.jit import JITFunction
 
