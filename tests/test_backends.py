@@ -628,7 +628,7 @@ def test_doctor_cli_on_this_machine(capsys, monkeypatch):
 def test_doctor_names_the_known_bad_triton_numpy_pair_and_its_fix():
     from loop.tools import doctor
 
-    bad = {**HOPPER, "triton_version": "3.6.0", "numpy_version": "2.4.1"}
+    bad = {**make_probe(cuda=False, cuda_reason="torch is a CPU-only build"), "numpy_version": "2.4.1"}
     (check,) = doctor.known_bad(bad)
     assert check["ok"] is False and check["fix"] == "pip install 'numpy<2.4'" and "numpy 2.4.1" in check["name"]
     assert doctor.known_bad({**bad, "numpy_version": "2.3.5"}) == []
@@ -638,3 +638,5 @@ def test_doctor_names_the_known_bad_triton_numpy_pair_and_its_fix():
     assert rep["checks"][0]["fix"] == "pip install 'numpy<2.4'"
     assert rep["recommendation"].startswith("fix first:") and "numpy<2.4" in rep["recommendation"]
     assert "FAILED: Triton interpreter" in doctor.render(rep)
+    on_a_gpu = doctor.report({**HOPPER, "numpy_version": "2.4.1"}, {"ok": False, "error": "InterpreterError"})
+    assert on_a_gpu["recommendation"].startswith("sm_90") and "for --device cpu, fix first" in on_a_gpu["recommendation"]

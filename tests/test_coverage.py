@@ -47,6 +47,9 @@ def test_only_unlaunched_device_code_is_unexercised():
     module_level = "BLOCK = 64\n" + back
     assert unexercised(HELPER, module_level, launched) == []
     assert unexercised(HELPER, back, ["forward_kernel", "backward_kernel"]) == []
+    both = back.replace("tl.store(x_ptr, _twice(tl.load(x_ptr)))", "tl.store(x_ptr, _twice(tl.load(x_ptr)) + 0)")
+    assert touched(HELPER, both)[0] == {"forward_kernel", "backward_kernel"}
+    assert unexercised(HELPER, both, launched) == []  # part of it ran (an H100 run once reverted such a change)
 
 
 def test_the_decision_reverts_an_unexercised_change_before_it_looks_at_speed():

@@ -68,8 +68,10 @@ def report(probe: dict, interpreter: dict | None = None) -> dict:
 def recommend(probe: dict, avail: dict, checks: list[dict] = ()) -> str:
     cap = probe.get("capability") or [0, 0]
     failed = [c for c in checks if not c["ok"]]
-    if failed:
+    if failed and not probe.get("cuda_available"):  # without a GPU the interpreter is all there is
         return f"fix first: {failed[0]['name']}: {failed[0]['fix']}"
+    if failed:  # on a GPU only --device cpu needs the interpreter
+        return f"{recommend(probe, avail)}; for --device cpu, fix first: {failed[0]['name']}: {failed[0]['fix']}"
     if not probe.get("cuda_available"):
         tail = "; cuTile and Triton still compile ahead of time here (tileloop compile)" if probe.get("tileiras") else ""
         return f"no GPU: run the loop with --device cpu (Triton interpreter, interpreter timings){tail}"
