@@ -23,8 +23,8 @@ from loop.backends.ptx import PTX
 from loop.backends.tileir import TILEIR
 from loop.common.errors import UserError
 
-__all__ = ["Availability", "Backend", "BACKENDS", "availability", "default_target", "for_language", "get",
-           "tileiras_environment"]
+__all__ = ["Availability", "Backend", "BACKENDS", "applicable", "availability", "choose", "default_target",
+           "for_language", "get", "tileiras_environment"]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER)}
 
@@ -61,3 +61,24 @@ def default_target(language: str, device: str, avail: dict[str, Availability]) -
     if language == "cutile":
         return "cutile"
     return "tileir" if avail.get("tileir", Availability(False)).available else "ptx"
+
+
+def applicable(language: str, device: str, requested: str | None) -> list[str]:
+    """The backends a run of this language on this device reports on; UserError when `requested`
+    (--target-backend) is not one of them. Checked before a probe is spent."""
+    names = [b.name for b in for_language(language, device)]
+    if requested is not None and requested not in names:
+        raise UserError(f"--target-backend {requested} does not apply to a {language} target with "
+                        f"--device {device}; valid: {', '.join(names)}")
+    return names
+
+
+def choose(language: str, device: str, probe: dict, requested: str | None) -> tuple[dict[str, Availability], str]:
+    """Each applicable backend's availability on this machine, and the target backend (the one whose
+    latency decides): the one asked for, else the default; UserError when it is unavailable."""
+    names = applicable(language, device, requested)
+    avail = {n: availability(BACKENDS[n], probe, device) for n in names}
+    chosen = requested or default_target(language, device, avail)
+    if not avail[chosen].available:
+        raise UserError(f"target backend {chosen} is unavailable: {avail[chosen].reason}")
+    return avail, chosen

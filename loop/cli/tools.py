@@ -103,10 +103,7 @@ def cmd_compare(args, settings) -> int:
     op_dir = Path(args.op_dir).resolve()
     if not op_dir.is_dir():
         raise UserError(f"{args.op_dir} is not a folder")
-    try:
-        root = gitops.find_root(op_dir)
-    except UserError:
-        root = op_dir.parent
+    root = gitops.root_or_folder(op_dir.parent)
     env = probe.probe_environment(root, settings)
     if args.device == "cuda" and not env.get("cuda_available"):
         raise UserError(f"no GPU available: {env.get('cuda_reason')}", hint="pass --device cpu")

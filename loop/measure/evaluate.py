@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loop import backends as backend_registry
-from loop.common.errors import HarnessFailure, UserError
+from loop.common.errors import HarnessFailure
 from loop.common.jobs import seed_for
 from loop.common.settings import Settings
 from loop.common.stats import geomean
@@ -124,11 +124,3 @@ def guard_failures(results: dict[str, BackendResult], target_backend: str) -> li
     """Why the guard backends (every available backend but the target) failed, one line each."""
     return [f"{name}: {r.status} {r.reason}".strip() for name, r in results.items()
             if name != target_backend and r.available and r.status not in ("ok", "not_run")]
-
-
-def require_available(target_backend: str, availability: dict[str, dict]) -> None:
-    av = availability.get(target_backend)
-    if av is None:
-        raise UserError(f"backend {target_backend!r} does not apply to this target; valid: {', '.join(availability)}")
-    if not av["available"]:
-        raise UserError(f"target backend {target_backend} is unavailable: {av['reason']}")

@@ -49,6 +49,15 @@ def find_root(path: Path) -> Path:
         raise UserError(f"{start} is not inside a git repository", hint="run tileloop inside the repository that holds the kernel") from None
 
 
+def root_or_folder(folder: Path) -> Path:
+    """The repository that holds `folder`, or `folder` itself outside any repository (for commands
+    that read a kernel where it lies: compile, check, profile, compare)."""
+    try:
+        return find_root(folder)
+    except UserError:
+        return folder
+
+
 def _identity_env(repo) -> dict:
     """Commits need an identity; use the user's, else a neutral fallback (CI machines have none)."""
     reader = repo.config_reader()

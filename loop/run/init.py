@@ -14,7 +14,6 @@ from loop import decide
 from loop.common.errors import UserError
 from loop.common.settings import Settings
 from loop.measure import external, probe
-from loop.measure.evaluate import require_available
 from loop.records import gitops
 from loop.run import state as st
 from loop.run.core import Log, now, stderr_log
@@ -57,10 +56,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
         if hazard.severity != "info":
             log(f"Tile IR hazard: {target_rel}:{hazard}")
     branch, run_id = _branch(root, branch, op)
-    names = [external.BACKEND] if harness else [b.name for b in backend_registry.for_language(language, device)]
-    if target_backend is not None and target_backend not in names:
-        raise UserError(f"--target-backend {target_backend} does not apply to a {language} target with "
-                        f"--device {device}; valid: {', '.join(names)}")
+    names = [external.BACKEND] if harness else backend_registry.applicable(language, device, target_backend)
     log(f"probing the environment ({device})")
     env = probe.probe_environment(root, settings)
     if device == "cuda" and not env.get("cuda_available"):
@@ -151,12 +147,8 @@ def _choose_backend(names: list[str], env: dict, language: str, device: str, tar
     """Each backend's availability on this machine, and the target backend (the one whose latency decides)."""
     if harness:
         return {external.BACKEND: {"available": True, "reason": ""}}, external.BACKEND
-    avail = {n: backend_registry.availability(backend_registry.get(n), env, device).to_json() for n in names}
-    typed = {n: backend_registry.Availability(**a) for n, a in avail.items()}
-    chosen = target_backend or backend_registry.default_target(language, device, typed)
-    backend_registry.get(chosen)
-    require_available(chosen, avail)
-    return avail, chosen
+    avail, chosen = backend_registry.choose(language, device, env, target_backend)
+    return {n: a.to_json() for n, a in avail.items()}, chosen
 
 
 def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Experiment:

@@ -60,10 +60,7 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
     """Every problem of the target and its spec (the `--json` payload of `tileloop check`)."""
     path = Path(target).resolve()
     if root is None:
-        try:
-            root = gitops.find_root(path.parent)
-        except UserError:
-            root = path.parent
+        root = gitops.root_or_folder(path.parent)
     out: dict = {"target": str(target), "device": device, "archs": archs, "problems": [], "warnings": [],
                  "kernels": [], "launched": []}
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from loop.common.errors import UserError
 from loop.common.settings import Settings
 from loop.measure.compile_gate import compile_gate, compile_summary
 from loop.records import gitops
@@ -18,10 +17,7 @@ from playbook.hazards import scan
 def compile_target(target: str, archs: list[str], settings: Settings) -> tuple[dict, str]:
     """(payload, text) of `tileloop compile`; payload["ok"] says whether every build succeeded."""
     path = Path(target).resolve()
-    try:
-        root = gitops.find_root(path.parent)
-    except UserError:
-        root = path.parent
+    root = gitops.root_or_folder(path.parent)
     kernel = load_kernel(path, root)
     hazards = scan(kernel.target_abs.read_text(), kernel.language)
     with tempfile.TemporaryDirectory(prefix="tileloop-compile-") as tmp:

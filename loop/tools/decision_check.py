@@ -43,7 +43,7 @@ from loop.common.jobs import MAX_PROBES, VERIFY_ROUNDS
 from loop.common.jobs import shape_text as _key
 from loop.decide.check import SCENARIOS, metric, summarize, trial_rows
 from loop.measure import probe as probing
-from loop.measure.evaluate import CPU_TIMING, require_available
+from loop.measure.evaluate import CPU_TIMING
 from loop.measure.launch import run_worker
 from loop.records import gitops
 from loop.records.perf_table import markdown_table
@@ -237,23 +237,14 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
 
 def _kernel_and_backend(target: str, device: str, target_backend: str | None, settings, log):
     """The target's kernel, the backend to time (as `tileloop init` chooses it) and the environment probe."""
-    path = Path(target).resolve()
-    try:
-        root = gitops.find_root(path.parent)
-    except UserError:
-        root = path.parent
+    root = gitops.root_or_folder(Path(target).resolve().parent)
     kernel = load_kernel(target, root)
-    names = [b.name for b in backend_registry.for_language(kernel.language, device)]
-    if target_backend is not None and target_backend not in names:
-        raise UserError(f"--target-backend {target_backend} does not apply to a {kernel.language} target with "
-                        f"--device {device}; valid: {', '.join(names)}")
+    backend_registry.applicable(kernel.language, device, target_backend)
     log(f"decision-check: probing the environment ({device})")
     probe = probing.probe_environment(root, settings)
     if device == "cuda" and not probe.get("cuda_available"):
         raise UserError(f"no GPU available: {probe.get('cuda_reason')}", hint="pass --device cpu (interpreter timings)")
-    avail = {n: backend_registry.availability(backend_registry.get(n), probe, device) for n in names}
-    backend = target_backend or backend_registry.default_target(kernel.language, device, avail)
-    require_available(backend, {n: a.to_json() for n, a in avail.items()})
+    _, backend = backend_registry.choose(kernel.language, device, probe, target_backend)
     return kernel, backend, probe
 
 

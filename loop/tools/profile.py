@@ -210,10 +210,7 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
     """Profile `target`; returns (payload, exit code). `device="cpu"` runs the worker under the
     Triton interpreter: no counters, for testing this plumbing with a stand-in ncu."""
     path = Path(target).resolve()
-    try:
-        root = gitops.find_root(path.parent)
-    except UserError:
-        root = path.parent
+    root = gitops.root_or_folder(path.parent)
     kernel = load_kernel(path, root)
     source = kernel.target_abs.read_text()
     names = list(kernels or analysis.kernel_names(source, kernel.language))
