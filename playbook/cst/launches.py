@@ -8,8 +8,9 @@ from typing import Iterable
 
 import libcst as cst
 
-from playbook.cst.kernels import module_functions
-from playbook.cst.source import Skip, walk
+from playbook.cst.aliases import Aliases
+from playbook.cst.kernels import module_functions, triton_aliases, triton_kernels
+from playbook.cst.source import Skip, parse, walk
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,11 @@ def bound_args(launch: Launch, pnames: list[str]) -> list[tuple[str, cst.BaseExp
         elif positional:
             out.append((pnames[i], arg.value))
     return out
+
+
+def read_triton(source: str) -> tuple[cst.Module, Aliases, dict[str, cst.FunctionDef], list[Launch]]:
+    """A Triton target as the recipes read it: its module, aliases, @triton.jit kernels and their launches."""
+    module = parse(source)
+    al = triton_aliases(module)
+    kernels = triton_kernels(module, al)
+    return module, al, kernels, triton_launches(module, kernels)

@@ -32,11 +32,10 @@ from playbook.analysis import Analysis
 from playbook.cst.aliases import Aliases, calls
 from playbook.cst.constants import drop_constants, int_value, module_int_constants
 from playbook.cst.edits import remove_kwargs, replace
-from playbook.cst.kernels import (above_jit, has_loop, is_constexpr, is_triton_decorator, params, triton_aliases,
-                                  triton_kernels)
-from playbook.cst.launches import Launch, only_launch, triton_launches
+from playbook.cst.kernels import (above_jit, has_loop, is_constexpr, is_triton_decorator, params)
+from playbook.cst.launches import Launch, only_launch, read_triton
 from playbook.cst.names import global_references, names_in
-from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cst.source import Skip, checked, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 from playbook.triton.autotune_key import tuning_key
@@ -149,10 +148,7 @@ class TritonAutotune(PatternRecipe):
     languages = ("triton",)
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
-        module = parse(source)
-        al = triton_aliases(module)
-        kernels = triton_kernels(module, al)
-        launches = triton_launches(module, kernels)
+        module, al, kernels, launches = read_triton(source)
         out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(source, module, al, fn,
                                                                           only_launch(name, launches)))
         return proposed(out, reasons, "no @triton.jit kernel")

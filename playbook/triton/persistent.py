@@ -46,8 +46,8 @@ from playbook.cst.aliases import Aliases, calls
 from playbook.cst.constants import SetConstant, int_value, module_int_constants
 from playbook.cst.edits import add_kwarg, replace
 from playbook.cst.imports import import_alias
-from playbook.cst.kernels import is_constexpr, module_functions, params, triton_aliases, triton_kernels
-from playbook.cst.launches import Launch, bound_args, only_launch, triton_launches
+from playbook.cst.kernels import is_constexpr, module_functions, params
+from playbook.cst.launches import Launch, bound_args, only_launch, read_triton, triton_launches
 from playbook.cst.names import assign_of, names_in
 from playbook.cst.source import Skip, checked, code_of, parse, walk
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
@@ -286,10 +286,7 @@ class TritonPersistent(PatternRecipe):
     languages = ("triton",)
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
-        module = parse(source)
-        al = triton_aliases(module)
-        kernels = triton_kernels(module, al)
-        launches = triton_launches(module, kernels)
+        module, al, kernels, launches = read_triton(source)
         steps = self._steps(module)
         out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(
             module, al, fn, only_launch(name, launches), {k: f for k, f in kernels.items() if k != name}))

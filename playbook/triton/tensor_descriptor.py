@@ -38,10 +38,10 @@ from playbook.analysis import Analysis
 from playbook.cst.aliases import Aliases, is_call
 from playbook.cst.edits import ShiftContinuation, replace
 from playbook.cst.imports import import_alias
-from playbook.cst.kernels import module_functions, params, triton_aliases, triton_kernels
-from playbook.cst.launches import Launch, only_launch, triton_launches
+from playbook.cst.kernels import module_functions, params
+from playbook.cst.launches import Launch, only_launch, read_triton
 from playbook.cst.names import assign_of
-from playbook.cst.source import Skip, checked, parse, walk
+from playbook.cst.source import Skip, checked, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 from playbook.triton.index_expressions import code, free_names, norm
@@ -160,10 +160,7 @@ class TritonTensorDescriptor(PatternRecipe):
     languages = ("triton",)
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
-        module = parse(source)
-        al = triton_aliases(module)
-        kernels = triton_kernels(module, al)
-        launches = triton_launches(module, kernels)
+        module, al, kernels, launches = read_triton(source)
         defined = {f.name.value for f in module_functions(module)}
 
         def attempt(name: str, fn: cst.FunctionDef) -> Candidate:

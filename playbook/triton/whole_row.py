@@ -45,10 +45,10 @@ from playbook.analysis import Analysis
 from playbook.cst.aliases import Aliases, calls
 from playbook.cst.constants import add_module_constant, module_int_constants
 from playbook.cst.edits import ShiftContinuation, add_kwarg, kwarg_value, remove_kwargs, replace
-from playbook.cst.kernels import is_constexpr, is_triton_jit, module_functions, params, triton_aliases, triton_kernels
-from playbook.cst.launches import Launch, bound_args, only_launch, triton_launches
+from playbook.cst.kernels import is_constexpr, is_triton_jit, module_functions, params
+from playbook.cst.launches import Launch, bound_args, only_launch, read_triton
 from playbook.cst.names import assign_of, assigned_names, names_in
-from playbook.cst.source import Skip, checked, code_of, parse, walk
+from playbook.cst.source import Skip, checked, code_of, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 from playbook.triton.autotune_key import is_size, size_names
@@ -288,10 +288,7 @@ class TritonWholeRow(PatternRecipe):
         return None
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
-        module = parse(source)
-        al = triton_aliases(module)
-        kernels = triton_kernels(module, al)
-        launches = triton_launches(module, kernels)
+        module, al, kernels, launches = read_triton(source)
         defined = {f.name.value for f in module_functions(module)}
 
         def attempt(name: str, fn: cst.FunctionDef) -> Candidate:
