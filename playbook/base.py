@@ -7,6 +7,7 @@ playbook lists them; `next_candidate` picks the first untried candidate in prior
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -19,9 +20,24 @@ __all__ = ["attempt", "current_keys", "get", "inapplicable", "next_candidate", "
            "why_nothing"]
 
 
+# The recipe modules, in the order the playbook lists their recipes (`tileloop playbook list`,
+# `why_nothing`) and offers candidates of equal priority: an order of its own, not the order in which
+# something happened to import them.
+RECIPE_MODULES = (
+    "playbook.triton.eviction_policy", "playbook.triton.autotune", "playbook.cutile.autotune",
+    "playbook.triton.launch_param", "playbook.cutile.hint", "playbook.cutile.latency", "playbook.cutile.store_no_tma",
+    "playbook.cutile.approx", "playbook.cutile.num_ctas", "playbook.triton.fast_math",
+    "playbook.triton.grouped_ordering", "playbook.triton.tensor_descriptor", "playbook.triton.whole_row",
+    "playbook.triton.persistent", "playbook.triton.tileir_configs", "playbook.cutile.persistent",
+    "playbook.cutile.grouped", "playbook.cutile.tf32", "playbook.cutile.gather_to_tma", "playbook.cutile.row_chunks",
+)
+
+
 def recipes() -> list[Recipe]:
     _load()
-    return list(registered().values())
+    rank = {name: i for i, name in enumerate(RECIPE_MODULES)}
+    found = list(registered().values())
+    return sorted(found, key=lambda r: (rank.get(type(r).__module__, len(rank)), found.index(r)))
 
 
 def get(recipe_id: str) -> Recipe:
@@ -33,28 +49,9 @@ def get(recipe_id: str) -> Recipe:
 
 
 def _load() -> None:
-    """Imports every recipe module; the order of these imports is the order of `recipes()`
-    (`tileloop playbook list`, `why_nothing`)."""
-    import playbook.triton.eviction_policy  # noqa: F401
-    import playbook.triton.autotune  # noqa: F401
-    import playbook.cutile.autotune  # noqa: F401
-    import playbook.triton.launch_param  # noqa: F401
-    import playbook.cutile.hint  # noqa: F401
-    import playbook.cutile.latency  # noqa: F401
-    import playbook.cutile.store_no_tma  # noqa: F401
-    import playbook.cutile.approx  # noqa: F401
-    import playbook.cutile.num_ctas  # noqa: F401
-    import playbook.triton.fast_math  # noqa: F401
-    import playbook.triton.grouped_ordering  # noqa: F401
-    import playbook.triton.tensor_descriptor  # noqa: F401
-    import playbook.triton.whole_row  # noqa: F401
-    import playbook.triton.persistent  # noqa: F401
-    import playbook.triton.tileir_configs  # noqa: F401
-    import playbook.cutile.persistent  # noqa: F401
-    import playbook.cutile.grouped  # noqa: F401
-    import playbook.cutile.tf32  # noqa: F401
-    import playbook.cutile.gather_to_tma  # noqa: F401
-    import playbook.cutile.row_chunks  # noqa: F401
+    """Imports every recipe module (each registers its recipes on import)."""
+    for name in RECIPE_MODULES:
+        importlib.import_module(name)
 
 
 def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],

@@ -68,3 +68,20 @@ def test_the_playbook_imports_nothing_of_loop_but_loop_common():
             for name in names:
                 if name == "loop" or name.startswith("loop."):
                     assert name.startswith("loop.common"), (str(path.relative_to(REPO_ROOT)), name)
+
+
+def test_the_listing_order_does_not_depend_on_what_was_imported_first():
+    """Registration happens on import; the order of recipes() is RECIPE_MODULES', whichever module a
+    test or a tool imported first (a test importing a late recipe module directly once reordered
+    `tileloop playbook list`)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    script = ("import importlib, sys\n"
+              "for name in sys.argv[1:]: importlib.import_module(name)\n"
+              "import playbook\nprint(' '.join(r.id for r in playbook.recipes()))\n")
+    orders = {subprocess.run([sys.executable, "-c", script, *first], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True).stdout for first in ([], ["playbook.cutile.row_chunks", "playbook.triton.whole_row"])}
+    assert len(orders) == 1 and orders.pop().split()[0] == "eviction-policy"
