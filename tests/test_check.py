@@ -39,6 +39,13 @@ def scale_forward(x, alpha=2.0):
     n = x.numel()
     _scale_kernel[(triton.cdiv(n, 128),)](x, y, n, alpha, BLOCK=128)
     return y
+
+
+def scale_backward(dy, alpha=2.0):
+    dx = torch.empty_like(dy)
+    n = dy.numel()
+    _scale_backward_kernel[(triton.cdiv(n, 128),)](dy, dx, n, alpha, BLOCK=128)
+    return dx
 '''
 
 

@@ -52,6 +52,15 @@ def test_only_unlaunched_device_code_is_unexercised():
     assert unexercised(HELPER, both, launched) == []  # part of it ran (an H100 run once reverted such a change)
 
 
+def test_host_code_counts_as_run_only_when_the_checks_called_it():
+    host = HELPER + "\n\ndef run_backward(x):\n    backward_kernel[(1,)](x, 1)\n"
+    changed = host.replace("backward_kernel[(1,)](x, 1)", "backward_kernel[(2,)](x, 1)")
+    assert touched(host, changed) == ({"run_backward"}, False)
+    assert unexercised(host, changed, ["forward_kernel"], called=["run"]) == ["run_backward"]
+    assert unexercised(host, changed, ["forward_kernel"], called=["run", "run_backward"]) == []
+    assert unexercised(host, changed, ["forward_kernel"]) == []  # who called what unknown: it may have run
+
+
 def test_the_decision_reverts_an_unexercised_change_before_it_looks_at_speed():
     shape = decide.compare_shape((8,), [2.0] * 10, [1.0] * 10, decide.Policy())  # a 2x "speedup"
     d = decide.decide(decide.Policy(), shapes=[shape], unexercised=["backward_kernel"])
@@ -102,3 +111,10 @@ def bytes_moved(shape, dtype):
     out = json.loads(capsys.readouterr().out)
     assert (out["status"], out["decision"]["verdict"]) == ("revert", "unexercised")
     assert "_scale_backward_kernel" in out["decision"]["reason"]
+    # the backward's launch in its host function, which the forward entry point never calls
+    target.write_text(LIBRARY_OP.replace("_scale_backward_kernel[(triton.cdiv(n, 128),)](dy, dx, n, alpha, BLOCK=128)",
+                                         "_scale_backward_kernel[(triton.cdiv(n, 128),)](dy, dx, n, alpha, BLOCK=128, "
+                                         "num_stages=4)"))
+    assert main(["step", "-m", "num_stages of the backward launch", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["decision"]["verdict"]) == ("revert", "unexercised") and "scale_backward" in out["decision"]["reason"]

@@ -98,8 +98,7 @@ def decide(
     unexercised: Sequence[str] = (),
 ) -> Decision:
     """One iteration's decision. `failure` is the target backend's typed failure, if any;
-    `unexercised` the device functions the change touched that no checked shape launched (when the
-    change touched nothing else)."""
+    `unexercised` the functions the change touched when none of them ran in the checks."""
     if failure in CRASH_STATUSES:
         return Decision("crash", failure, failure_message or failure)
     if failure == "incorrect":
@@ -110,7 +109,7 @@ def decide(
         return Decision("revert", "guard_failed", "; ".join(guard_failures))
     if unexercised:
         return Decision("revert", "unexercised", f"the change touches only {', '.join(unexercised)}, which no checked "
-                        "shape launches: the correctness checks cannot have seen it")
+                        "shape runs: the correctness checks cannot have seen it")
     if not shapes:
         raise ValueError("decide needs at least one shape comparison when nothing failed")
     rows = [s.to_json() for s in shapes]

@@ -109,7 +109,8 @@ class Iteration(Measuring, Recording):
             return decide.Decision("revert", "guard_failed", target.reason)
         if target.status != "ok":
             return decide.decide(self.policy, failure=target.status, failure_message=target.reason)
-        launched = raw[tb].get("correctness", {}).get("launched", {}).get("candidate")
-        missed = unexercised(*sources, launched) if launched is not None else []
+        seen = raw[tb].get("correctness", {})
+        launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
+        missed = unexercised(*sources, launched, called) if launched is not None else []
         return decide.decide(self.policy, shapes=decide.comparisons(raw[tb], self.policy),
                              guard_failures=guard_failures(results, tb), remeasured=remeasured, unexercised=missed)

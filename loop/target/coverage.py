@@ -1,11 +1,11 @@
 """Launch coverage: whether a change to the target touches code that the correctness checks ran.
 
-The worker records which of the target's kernels launched over the checked shapes
-(`loop.worker.launches`). Here, from the two sources alone: which top-level functions the change
-touched, which of them are device code (`@triton.jit`, `@ct.kernel`, or a helper they call), and
-which device code the launched kernels reach. A change that touches device code only, none of it
-reached, cannot have been checked: the run does not keep it (`unexercised`). Host code and
-module-level statements count as exercised: they may run on any call.
+The worker records which of the target's kernels launched over the checked shapes, and which of its
+host functions were called (`loop.worker.launches`). Here, from the two sources alone: which
+top-level functions the change touched, which of them are device code (`@triton.jit`, `@ct.kernel`,
+or a helper they call), and which device code the launched kernels reach. A change none of whose
+functions ran cannot have been checked: the run does not keep it (`unexercised`). Module-level
+statements and class bodies count as exercised: they run on import.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def touched(before: str, after: str) -> tuple[set[str], bool]:
     return changed, rest_old != rest_new
 
 
-def unexercised(before: str, after: str, launched: list[str]) -> list[str]:
-    """The device functions a change touched that no launched kernel reaches, when the change touched
-    nothing else; [] when any part of it may have run (or the sources do not parse)."""
+def unexercised(before: str, after: str, launched: list[str], called: list[str] | None = None) -> list[str]:
+    """The functions a change touched when none of them ran in the checks: device code no launched
+    kernel reaches, and (when `called` is known) host functions the checks never called; [] when
+    any part of the change may have run (or the sources do not parse)."""
     try:
         changed, elsewhere = touched(before, after)
         tree = ast.parse(after)
@@ -55,8 +56,9 @@ def unexercised(before: str, after: str, launched: list[str]) -> list[str]:
     if elsewhere or not changed:
         return []
     device = {name for name, fn in functions.items() if _is_device(fn)}
-    if any(name not in device for name in changed if name in functions):
-        return []  # host code changed: it may run on any call
+    host = [name for name in changed if name in functions and name not in device]
+    if host and (called is None or any(name in called for name in host)):
+        return []  # host code changed that ran, or that may have: the checks saw it
     reached, frontier = set(), [name for name in launched if name in functions]
     while frontier:
         name = frontier.pop()

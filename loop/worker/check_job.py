@@ -119,7 +119,8 @@ def check_job(job: dict) -> dict:
     with recorder:
         problems += _run_checks(torch, spec, target, entry, device, job, spec_lines, target_lines)
     problems += _sized(spec, spec_lines)
-    return {"status": "ok", "problems": problems, "launched": sorted(recorder.launched), "kernels": recorder.kernels}
+    return {"status": "ok", "problems": problems, "launched": sorted(recorder.launched), "kernels": recorder.kernels,
+            "called": sorted(recorder.called)}
 
 
 def _run_checks(torch, spec: Spec, target, entry, device: str, job: dict, spec_lines: Lines,

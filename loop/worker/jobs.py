@@ -147,6 +147,7 @@ def run_job(job: dict) -> dict:
     if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
         shapes_to_check += [s for s in spec.benchmark_shapes if s not in shapes_to_check]
     launched: dict[str, list[str]] = {}
+    called: dict[str, list[str]] = {}
     for label in job["check"]:
         with LaunchRecorder(modules[label], "cutile" if job["backend"] == "cutile" else "triton") as recorder:
             for dtype in dtypes:
@@ -158,9 +159,10 @@ def run_job(job: dict) -> dict:
                         return {"status": "incorrect", "failed_impl": label, "message": rec["reason"],
                                 "correctness": {"passed": False, "checks": checks, "skipped": skipped}}
         launched[label] = sorted(recorder.launched)  # the target's kernels the checks ran
+        called[label] = sorted(recorder.called)  # and its host functions
     check_tamper(torch, tamper_watch, "correctness")
     result: dict[str, Any] = {"status": "ok", "correctness": {"passed": True, "checks": checks, "skipped": skipped,
-                                                              "launched": launched}}
+                                                              "launched": launched, "called": called}}
     if job.get("bench", True):
         result["timing"] = bench_all(torch, harness, modules, job, dtypes)
         check_tamper(torch, tamper_watch, "timing")

@@ -1,11 +1,14 @@
-"""Which of the target's kernels ran: the launch paths of Triton (`JITFunction.run`, and the
+"""Which of the target's code ran: the launch paths of Triton (`JITFunction.run`, and the
 interpreter's `InterpretedFunction.run`; autotuners and heuristics end there) and cuTile
 (`cuda.tile.launch`) are watched while the checks run, and the target's own kernels (defined in its
-module) that launched are recorded by name."""
+module) that launched are recorded by name; so are the target's host functions that were called
+(its module's functions and the methods of its classes, wrapped for the time of the checks)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import types
 
 
@@ -28,9 +31,11 @@ class LaunchRecorder(contextlib.AbstractContextManager):
 
     def __init__(self, target, language: str):
         self.active = isinstance(target, types.ModuleType)
+        self._target = target
         self.module_name = target.__name__ if self.active else None
         self.language = language
         self.launched: set[str] = set()
+        self.called: set[str] = set()  # host functions: "name", or "Class.method"
         self.kernels = sorted({name for obj in vars(target).values()
                                for name, mod in [_name_of(obj)] if mod == self.module_name and self._is_kernel(obj)}) \
             if self.active else []
@@ -48,14 +53,36 @@ class LaunchRecorder(contextlib.AbstractContextManager):
             self.launched.add(name)
 
     def _patch(self, owner, attr: str, make) -> None:
-        real = getattr(owner, attr)
+        real = vars(owner)[attr] if isinstance(owner, type) else getattr(owner, attr)  # a class's own, descriptors kept
         setattr(owner, attr, make(real))
         self._undo.callback(setattr, owner, attr, real)
+
+    def _watch_host_calls(self, target) -> None:
+        """Wrap the target's own Python functions (module-level, and methods of its classes), so that
+        a call through the module's globals or a class attribute is recorded."""
+        def wrapped(name: str, fn):
+            @functools.wraps(fn)
+            def call(*args, **kwargs):
+                self.called.add(name)
+                return fn(*args, **kwargs)
+            return call
+
+        for name, obj in list(vars(target).items()):
+            if inspect.isfunction(obj) and obj.__module__ == self.module_name:
+                self._patch(target, name, lambda real, name=name: wrapped(name, real))
+            elif inspect.isclass(obj) and obj.__module__ == self.module_name:
+                for attr, raw in list(vars(obj).items()):
+                    kind = type(raw)
+                    fn = raw.__func__ if kind in (staticmethod, classmethod) else raw
+                    if inspect.isfunction(fn):
+                        self._patch(obj, attr, lambda real, n=f"{name}.{attr}", k=kind, f=fn:
+                                    k(wrapped(n, f)) if k in (staticmethod, classmethod) else wrapped(n, f))
 
     def __enter__(self):
         recorder = self
         if not self.active:
             return self
+        self._watch_host_calls(self._target)
         if self.language == "triton":
             from triton.runtime.jit import JITFunction
 
