@@ -91,3 +91,19 @@ def kernel_repo(tmp_path, clean_env):
 def _private_experience(tmp_path_factory, monkeypatch):
     """Experience entries from tests go to a temporary file, never to the user's home."""
     monkeypatch.setenv("TILELOOP_EXPERIENCE", str(tmp_path_factory.mktemp("experience") / "experience.jsonl"))
+
+
+@pytest.fixture(scope="session")
+def liger_kernel(tmp_path_factory) -> Path:
+    """The folder holding Liger-Kernel's `liger_kernel` package, installed from PyPI for this session."""
+    from foreign import LIGER, installed
+
+    return installed(LIGER, tmp_path_factory.getbasetemp()) / "liger_kernel"
+
+
+@pytest.fixture(scope="session")
+def tilegym(tmp_path_factory) -> Path:
+    """The folder holding TileGym's `tilegym` package, installed from PyPI for this session."""
+    from foreign import TILEGYM, installed
+
+    return installed(TILEGYM, tmp_path_factory.getbasetemp()) / "tilegym"
