@@ -191,7 +191,7 @@ def test_parse_shape():
 
 
 SPEC = SimpleNamespace(benchmark_shapes=[(1 << 24,), (1 << 20,), (1 << 28,)], interpreter_shapes=[(8192,)],
-                       correctness_shapes=[(1,), (127,)], dtypes=["bfloat16", "float16"])  # as loop.worker.spec.Spec reads it
+                       correctness_shapes=[(1,), (127,)], dtypes=["bfloat16", "float16"])  # as loop.common.spec.Spec reads it
 
 
 def test_default_shapes_are_the_smallest_and_largest_an_iteration_times():

@@ -105,7 +105,7 @@ sys.path.insert(0, str(target_path.parent))
 import torch
 from triton.runtime.autotuner import Autotuner
 from loop.worker.correctness import Harness
-from loop.worker.spec import Spec
+from loop.common.spec import Spec
 from loop.worker.failures import load_module
 spec = load_module("spec_under_test", spec_path)
 target = load_module("target_under_test", target_path)

@@ -366,7 +366,7 @@ def test_an_edit_not_yet_stepped_is_profiled_but_not_stored(kernel_repo):
 def test_default_point_is_the_largest_benchmark_shape_and_the_first_dtype():
     from loop.worker.failures import SpecError, load_module
     from loop.worker.jobs import profile_point
-    from loop.worker.spec import Spec
+    from loop.common.spec import Spec
 
     torch = pytest.importorskip("torch")
     spec = Spec(torch, load_module("vector_add_spec_for_profile", REPO_ROOT / "kernels/vector_add/spec.py"))

@@ -474,7 +474,7 @@ from pathlib import Path
 import torch
 from triton.runtime.autotuner import Autotuner
 from loop.worker.correctness import Harness
-from loop.worker.spec import Spec
+from loop.common.spec import Spec
 from loop.worker.failures import load_module
 spec = load_module("spec_under_test", Path(sys.argv[1]))
 target = load_module("target_under_test", Path(sys.argv[2]))

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from loop.worker.correctness import Harness  # noqa: E402
 from loop.worker.failures import SpecError  # noqa: E402
-from loop.worker.spec import Spec  # noqa: E402
+from loop.common.spec import Spec  # noqa: E402
 
 
 def module(name: str, **names) -> types.ModuleType:

@@ -29,3 +29,9 @@ class EnvironmentMismatch(UserError):
 
 class HarnessFailure(Exception):
     """The spec or tileloop itself failed in the worker: not the candidate's fault."""
+
+
+class SpecError(Exception):
+    """The spec is unusable as a test (e.g. a reference so small that zeros would pass). Raised where
+    the spec is read or run, in a worker or the judge; reported as `spec_error`, never as the
+    candidate's failure."""

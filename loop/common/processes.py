@@ -71,17 +71,17 @@ def record_pid(path: Path, pid: int) -> None:
     path.write_text(f"{pid}\n")
 
 
-def end_leftovers(folder: Path, marker: str = "loop.worker") -> list[int]:
-    """Kill the process group of every recorded worker under `folder` (*.pid files) that is still
-    alive and still a tileloop worker (its command line holds `marker`: a reused pid is left alone);
-    returns the pids ended."""
+def end_leftovers(folder: Path, markers: tuple[str, ...] = ("loop.worker", "loop.judge")) -> list[int]:
+    """Kill the process group of every recorded worker, judge or kernel process under `folder` (*.pid
+    files) that is still alive and still one of tileloop's (its command line holds one of `markers`: a
+    reused pid is left alone); returns the pids ended."""
     ended = []
     for pid_file in sorted(folder.rglob("*.pid")):
         try:
             pid = int(pid_file.read_text().split()[0])
         except (OSError, ValueError, IndexError):
             continue
-        if _alive(pid) and marker in _command_line(pid):
+        if _alive(pid) and any(m in _command_line(pid) for m in markers):
             try:
                 os.killpg(pid, signal.SIGKILL)
                 ended.append(pid)

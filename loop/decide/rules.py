@@ -103,6 +103,8 @@ def decide(
         return Decision("crash", failure, failure_message or failure)
     if failure == "incorrect":
         return Decision("revert", "incorrect", failure_message or "correctness check failed")
+    if failure == "uncorroborated":  # the judge's clock does not bear out the kernel process's timings
+        return Decision("revert", "uncorroborated", failure_message or "timing refused by the judge")
     if failure is not None:
         raise ValueError(f"unknown failure status {failure!r}")
     if guard_failures:

@@ -42,7 +42,8 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
     rel_dir = str(workdir.relative_to(root))
     if status in ("spec_error", "harness_error"):
         raise HarnessFailure(f"{name} worker: {status}: {raw.get('message')} (logs: {rel_dir})")
-    correctness = "PASS" if raw.get("correctness", {}).get("passed") and status == "ok" else "FAIL"
+    # a timing the judge refused (uncorroborated) comes from outputs that were checked and right
+    correctness = "PASS" if raw.get("correctness", {}).get("passed") and status in ("ok", "uncorroborated") else "FAIL"
     if status != "ok":
         msg = raw.get("message", "")
         return BackendResult(name, True, status, msg[:500], correctness=correctness,
@@ -93,6 +94,7 @@ def measure(
     cache_root: Path,
     on_stage=None,
     timing: dict | None = None,
+    target: Path | None = None,
 ) -> Measurement:
     label = check[0]
     order = [target_backend] + [b for b in backend_names if b != target_backend]
@@ -107,7 +109,8 @@ def measure(
         if on_stage:
             on_stage(f"measure {name}")
         job = {
-            "spec": str(spec_path), "target_dir": str(target_dir), "device": device, "backend": name,
+            "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target) if target else None,
+            "device": device, "backend": name,
             "impls": [{"label": k, "path": str(v)} for k, v in impls.items()], "check": check,
             "seed": seed_for(seed, name), "bench": True, "timing": timing or {},
         }

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -49,10 +50,13 @@ def _log_tail(path: Path, limit: int = 3000) -> str:
         return ""
 
 
-def worker_command(settings: Settings, workdir: Path, name: str, job: bool) -> list[str]:
-    """The worker's command line as `run_worker` runs it (after its launcher, if any)."""
-    cmd = [settings.python or sys.executable, "-m", "loop.worker", "--result", str(workdir / f"{name}.result.json")]
-    if not job:
+def worker_command(settings: Settings, workdir: Path, name: str, job: dict | None) -> list[str]:
+    """The worker's command line as `run_worker` runs it (after its launcher, if any): a measurement
+    (a job without a `mode`) goes to the judge, which starts the kernel process itself; every other
+    job, the probe and the health check to a worker."""
+    module = "loop.judge" if job is not None and job.get("mode") is None else "loop.worker"
+    cmd = [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+    if job is None:
         return cmd + ["--health" if name == "health" else "--probe"]
     return cmd + ["--job", str(workdir / f"{name}.job.json")]
 
@@ -61,7 +65,10 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
                cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
                launcher: Sequence[str] = (), procs: list | None = None) -> dict:
     """Run one worker (`python -m loop.worker --job J --result R`, or `--probe`/`--health` when `job`
-    is None); always returns a result dict with a typed `status`.
+    is None) or, for a measurement, the judge (`python -m loop.judge`); always returns a result dict
+    with a typed `status`. A judge hands its result over a pipe that no kernel process holds (the
+    file it also writes is for the logs): a forged result file, or a judge killed from its kernel
+    processes, is never read as a verdict.
     `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`).
     `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
     can kill them all when it is interrupted (a signal reaches the main thread only)."""
@@ -71,15 +78,20 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     log_path = workdir / f"{name}.log"
     if result_path.exists():
         result_path.unlink()
-    cmd = [*launcher, *worker_command(settings, workdir, name, job is not None)]
+    cmd = [*launcher, *worker_command(settings, workdir, name, job)]
     if job is not None:
         (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
+    piped = _ResultPipe() if cmd[cmd.index("-m") + 1] == "loop.judge" else None
+    if piped is not None:
+        cmd += ["--result-fd", str(piped.write_fd)]
     timeout = timeout_s or settings.worker_timeout_s
     started = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=die_with_parent)
+                                preexec_fn=die_with_parent, pass_fds=(piped.write_fd,) if piped else ())
+        if piped is not None:
+            piped.started()
         if procs is not None:
             procs.append(proc)
         pid_file = workdir / f"{name}.pid"
@@ -98,8 +110,9 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
                 kill_group(proc)
             pid_file.unlink(missing_ok=True)
     wall = round(time.monotonic() - started, 3)
-    if result_path.exists():
-        result = json.loads(result_path.read_text())
+    text = piped.text() if piped is not None else (result_path.read_text() if result_path.exists() else None)
+    if text and (piped is None or proc.returncode == 0):
+        result = json.loads(text)
         result.setdefault("wall_s", wall)
         if result.get("status") not in ("ok",):
             result["log_tail"] = _log_tail(log_path)
@@ -108,7 +121,31 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     how = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with code {rc}"
     tail = _log_tail(log_path)
     status = "oom" if "out of memory" in tail.lower() else "runtime_error"
-    return {"status": status, "message": f"worker {how} without a result", "log_tail": tail, "wall_s": wall}
+    return {"status": status, "message": f"{'judge' if piped else 'worker'} {how} without a result", "log_tail": tail,
+            "wall_s": wall}
+
+
+class _ResultPipe:
+    """The read end of a judge's result pipe, drained by a thread (a result larger than the pipe's
+    buffer must not block the judge while this process waits for it)."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+
+    def started(self) -> None:
+        os.close(self.write_fd)  # the judge holds the only write end now
+        self._thread.start()
+
+    def _drain(self) -> None:
+        with os.fdopen(self.read_fd, "rb") as fh:
+            while chunk := fh.read(1 << 16):
+                self._chunks.append(chunk)
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return b"".join(self._chunks).decode(errors="replace")
 
 
 def kill_group(proc: subprocess.Popen) -> None:

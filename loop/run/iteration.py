@@ -53,6 +53,22 @@ class Iteration(Measuring, Recording):
             self.log(f"left alone (new files the target does not import): {', '.join(p for p in new if p not in imported)[:300]}")
         return others, imported
 
+    def changed_while_measured(self, cand_src: str) -> str | None:
+        """Kernel code runs as the user: a candidate could write to the repository while it is measured
+        (the spec, the records' inputs, the target itself). Anything tracked that differs from the
+        experiment's commit, or a new file the target imports, voids the measurement: restored, set
+        aside under sandbox/<run>/refused/, and the reason returned."""
+        others, new = self.integrity_violations()
+        target = self.state.target
+        if (self.root / target).read_text() != cand_src:
+            others.append(target)
+        if not (others or new):
+            return None
+        where = self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        gitops.set_aside(self.root, others, new, where)
+        return (f"the candidate changed {', '.join((others + new)[:8])} while it was measured: the measurement is void "
+                f"(restored; the change is saved in {where.relative_to(self.root)})")
+
     def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
                  allow_unchanged: bool = False, rationale: str = "", expected: str = "",
                  kind: str = "agent") -> tuple[Record, decide.StopState]:
@@ -81,11 +97,15 @@ class Iteration(Measuring, Recording):
         except HarnessFailure:
             raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
         self.stage("decide")
+        tampered = self.changed_while_measured(cand_src)
         decision, remeasured = self._decide(results, raw, (inc_src, cand_src)), False
-        if decision.action == "remeasure":
+        if decision.action == "remeasure" and not tampered:
             self.log(f"#{n} {decision.reason}")
             results, raw, gate = self._measure(n, inc_src, cand_src)
+            tampered = self.changed_while_measured(cand_src)
             decision, remeasured = self._decide(results, raw, (inc_src, cand_src), remeasured=True), True
+        if tampered:
+            decision = decide.Decision("revert", "incorrect", tampered)
         status = {"keep": "keep", "revert": "revert", "crash": "crash"}[decision.action]
         target = results[self.state.target_backend]
         failure = None if target.status == "ok" else {"status": target.status, "message": target.reason}

@@ -65,7 +65,8 @@ class Measuring(RunCore):
                     backend_names=self.state.backends, availability=self.state.availability,
                     target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
                     settings=self.settings, cache_root=self.dir / "triton-cache",
-                    on_stage=lambda s: self._on_measure(n, s), timing=CPU_TIMING if self.state.device == "cpu" else None)
+                    on_stage=lambda s: self._on_measure(n, s), timing=CPU_TIMING if self.state.device == "cpu" else None,
+                    target=self.root / self.state.target)
         return m.results, m.raw, gate
 
     def _on_measure(self, n: int, what: str) -> None:

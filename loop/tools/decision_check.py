@@ -11,9 +11,12 @@ Scenarios, each repeated `--trials` times at every chosen shape:
 * `speedup`: the incumbent carries the plant, the candidate does not. Detected = `keep` (the
   interval's lower end clears 1: verdict improved, low_gain or marginal).
 
-Every trial is measured exactly as an iteration measures (`loop.worker.bench.bench_shape`: the same
+Every trial is measured by the timing rules of an iteration (`loop.worker.bench.bench_shape`: the same
 input sets, ABBA interleaving, CUDA graphs or L2 flush, the check of what the timed run wrote,
-fresh seeded inputs per trial) and decided exactly as an iteration decides
+fresh seeded inputs per trial), in one worker process: both sources are the user's own copies of
+one target, so no judge stands between them (an iteration's judged measurement takes the same
+samples one request at a time, each implementation in its own process), and decided exactly as an
+iteration decides
 (`loop.decide.check`: `loop.decide.comparisons` + `loop.decide.decide`, default Policy), per shape and, with more
 than one shape, over all shapes at once (the loop's geometric mean). Only the same-run copy
 bandwidth is skipped: it does not enter the decision. All trials run in one worker

@@ -250,12 +250,12 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
         csv_path = workdir / "ncu.csv"
         csv_path.unlink(missing_ok=True)
         launcher = ncu.command(exe, kernels=names, launch_count=launches, log_file=str(csv_path))
-        payload["ncu_command"] = launcher + worker_command(settings, workdir, "profile", job=True)
-        payload["ncu_command_line"] = shlex.join(payload["ncu_command"])
-        log(f"profiling {kernel.target} ({chosen}) under ncu: {payload['ncu_command_line']}")
         job = {"mode": "profile", "spec": str(kernel.spec_abs), "target_dir": str(kernel.target_abs.parent),
                "target": str(kernel.target_abs), "device": device, "backend": chosen, "seed": 0,
                "shape": shape, "dtype": dtype, "launches": launches}
+        payload["ncu_command"] = launcher + worker_command(settings, workdir, "profile", job)
+        payload["ncu_command_line"] = shlex.join(payload["ncu_command"])
+        log(f"profiling {kernel.target} ({chosen}) under ncu: {payload['ncu_command_line']}")
         raw = run_worker(workdir, job, backend_registry.get(chosen), settings, workdir / "triton-cache",
                          name="profile", launcher=launcher)
         has_result = (workdir / "profile.result.json").exists()

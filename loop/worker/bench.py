@@ -1,13 +1,14 @@
-"""Timing at the benchmark shapes: every implementation interleaved on the same input sets
-(`loop.worker.timing`), then what the timed run itself wrote checked again, plus GB/s, TFLOP/s and
-the same-run copy bandwidth."""
+"""Timing in the kernel process: every implementation interleaved on the same input sets
+(`time_interleaved`, with the one timing routine of `loop.common.timing`), for the judged
+measurement (`loop.worker.serve`) and, with the recheck of what the timed run wrote and the
+physical units, for decision-check's in-process trials (`bench_shape`)."""
 
 from __future__ import annotations
 
+from loop.common import timing
 from loop.common.jobs import seed_for
-from loop.common.stats import summarize
-from loop.worker import timing
-from loop.worker.correctness import Harness, as_outputs, compare_outputs, poison
+from loop.common.outputs import as_outputs, compare_outputs, poison
+from loop.worker.correctness import Harness
 from loop.worker.failures import call_impl
 
 
@@ -32,21 +33,6 @@ def tuned_configs(module) -> dict[str, str]:
     return picks
 
 
-def bench_all(torch, harness: Harness, modules: dict, job: dict, dtypes: list[str]) -> dict:
-    spec = harness.spec
-    device = job["device"]
-    dtype = job.get("bench_dtype") or dtypes[0]
-    if device == "cpu":
-        shapes = job.get("bench_shapes") or spec.interpreter_shapes
-    else:
-        shapes = job.get("bench_shapes") or spec.benchmark_shapes
-    plan = timing.TimingPlan(**job.get("timing", {}))
-    out = []
-    for shape in shapes:
-        out.append(bench_shape(torch, harness, modules, job, tuple(shape), dtype, plan))
-    return {"dtype": dtype, "device": device, "shapes": out}
-
-
 def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple, dtype: str, plan) -> dict:
     """One benchmark shape: every implementation timed interleaved on the same input sets, then what
     the timed run wrote checked again, and the samples summarised in physical units."""
@@ -55,57 +41,47 @@ def bench_shape(torch, harness: Harness, modules: dict, job: dict, shape: tuple,
     sets, notes = _input_sets(torch, harness, device, shape, dtype, base_seed)
     labels = list(modules)
     tuned_before = {lab: tuned_configs(modules[lab]) for lab in labels}  # picks made for this shape come after
-    res, last_results, peak = _time_all(torch, harness, modules, sets, device, plan)
+    entries = {lab: spec.entry(modules[lab]) for lab in labels}
+    res, last_results, peak = time_interleaved(torch, harness.clock, entries, sets, device, plan)
     recheck = {lab: _recheck(torch, harness, lab, sets, last_results[lab], res.replay[lab], device,
                              (shape, dtype, base_seed)) for lab in labels}
     flops = spec.flops(shape, dtype)
     nbytes = spec.bytes_moved(shape, dtype)
     impls = {}
     for lab in labels:
-        st = summarize(res.samples_ms[lab])
-        secs = st.median_ms / 1e3
-        impls[lab] = {**st.to_json(), "samples_ms": res.samples_ms[lab], "peak_mem_mb": peak.get(lab),
-                      "gbps": nbytes / secs / 1e9 if secs > 0 else None,
-                      "tflops": flops / secs / 1e12 if secs > 0 else None}
+        impls[lab] = {**timing.in_units(res.samples_ms[lab], flops, nbytes), "peak_mem_mb": peak.get(lab)}
         picked = {k: v for k, v in tuned_configs(modules[lab]).items() if k not in tuned_before[lab]}
         if picked:
             impls[lab]["tuned"] = picked
     entry = {"shape": list(shape), "dtype": dtype, "method": res.method, "calls_per_sample": res.calls_per_sample,
              "notes": notes + res.notes, "impls": impls, "recheck": recheck, "flops": flops, "bytes": nbytes}
     if device == "cuda" and job.get("clone_bandwidth", True):  # off where only the comparison counts (decision-check)
-        entry["clone"] = clone_bandwidth(torch, harness.clock, nbytes, plan)
-        for lab in labels:
-            if entry["clone"] and impls[lab]["gbps"]:
-                impls[lab]["frac_clone_bw"] = impls[lab]["gbps"] / entry["clone"]["gbps"]
+        entry["clone"] = timing.clone_bandwidth(torch, harness.clock, nbytes, plan)
+        timing.add_clone_fractions(entry)
     return entry
 
 
 
 
 def _input_sets(torch, harness: Harness, device: str, shape: tuple, dtype: str, base_seed: int) -> tuple[list[dict], list[str]]:
-    """The input sets the timed calls rotate over: on a GPU, enough sets to exceed 3x L2 (at most
-    MAX_CALLS_PER_GRAPH, at most 1 GiB), so that every call reads cold data; one set on the CPU."""
+    """The input sets the timed calls rotate over (`timing.rotating_sets`), fresh from the spec."""
     first = harness.make_inputs(shape, dtype, base_seed)
     in_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
-    nsets, notes = 1, []
-    if device == "cuda":
-        l2 = timing.l2_bytes(torch)
-        nsets = int(min(timing.MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // max(in_bytes, 1)))))
-        nsets = max(1, min(nsets, int(2**30 // max(in_bytes, 1))))
-        notes.append(f"{nsets} rotating input set(s) of {in_bytes / 2**20:.2f} MiB ({nsets * in_bytes / l2:.1f}x L2)")
+    nsets, notes = timing.rotating_sets(torch, in_bytes, device)
     return [first] + [harness.make_inputs(shape, dtype, base_seed + j) for j in range(1, nsets)], notes
 
 
-def _time_all(torch, harness: Harness, modules: dict, sets: list[dict], device: str, plan):
-    """Time every implementation interleaved; returns the timing result, what each call returned
-    (per label and input set) and the peak memory of one call per label (GPU)."""
-    nsets, labels = len(sets), list(modules)
+def time_interleaved(torch, clock, entries: dict, sets: list[dict], device: str, plan):
+    """Time every implementation (label -> the function called with an input set) interleaved on the
+    same input sets; returns the timing result, what each call returned (per label and input set)
+    and the peak memory of one call per label (GPU)."""
+    nsets, labels = len(sets), list(entries)
     # every implementation reads the same input sets (the same memory): separate copies showed a
     # systematic ~1-3% difference between identical kernels on an H200 (placement, not code)
     last_results: dict[str, list] = {lab: [None] * nsets for lab in labels}
 
     def guard(label):
-        run, store = harness.spec.entry(modules[label]), last_results[label]
+        run, store = entries[label], last_results[label]
 
         def fn(j):
             store[j] = call_impl(label, "call", run, **sets[j])
@@ -121,7 +97,7 @@ def _time_all(torch, harness: Harness, modules: dict, sets: list[dict], device: 
             guarded[lab](0)
             torch.cuda.synchronize()
             peak[lab] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 3)
-        res = call_impl(labels[-1], "call", timing.time_gpu, torch, harness.clock, guarded, nsets, plan)
+        res = call_impl(labels[-1], "call", timing.time_gpu, torch, clock, guarded, nsets, plan)
     else:
         res = timing.time_cpu({lab: (lambda lab=lab: guarded[lab](0)) for lab in labels}, plan)
     return res, last_results, peak
@@ -158,17 +134,3 @@ def _recheck(torch, harness: Harness, lab: str, sets: list[dict], results: list,
             if rc["ok"] and isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
                 rc = {"ok": False, "reason": f"input set {j}: output has NaN/inf after the timed run (unwritten)"}
     return rc
-
-
-def clone_bandwidth(torch, clock, nbytes: float, plan) -> dict | None:
-    """Same-run copy bandwidth for the same traffic (read + write = nbytes), the memory roofline."""
-    n = int(nbytes // 2)
-    if n < 1024:
-        return None
-    l2 = timing.l2_bytes(torch)
-    nsets = int(min(timing.MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // n))))
-    srcs = [torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda") for _ in range(nsets)]
-    dsts = [torch.empty_like(s) for s in srcs]
-    res = timing.time_gpu(torch, clock, {"clone": lambda j: dsts[j].copy_(srcs[j])}, nsets, plan)
-    st = summarize(res.samples_ms["clone"])
-    return {"median_ms": st.median_ms, "gbps": 2 * n / (st.median_ms / 1e3) / 1e9, "method": res.method}

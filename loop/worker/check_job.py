@@ -20,7 +20,7 @@ from loop.worker.correctness import Harness
 from loop.worker.failures import ImplFailure, SpecError, load_module
 from loop.worker.launches import LaunchRecorder
 from loop.worker.proof import pin_autotune_to_first_config, watch_cutile_compiles
-from loop.worker.spec import Spec, dtype_name, shapes_of
+from loop.common.spec import Spec, dtype_name, shapes_of
 
 REQUIRED = ("make_inputs", "reference", "CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "DTYPES", "TOLERANCES", "flops",
             "bytes_moved")

@@ -8,7 +8,8 @@ hard timeout, own TRITON_CACHE_DIR), like every worker job. It
    sized by measurement (`next_size`) to add `plant` of the kernel's time, then measures the
    planted ratio again in `verify_rounds` separate rounds,
 3. repeats, per trial and scenario (order rotated per trial), one measurement per shape through
-   `loop.worker.bench.bench_shape` (the exact measurement of an iteration, fresh seeded inputs), plus a
+   `loop.worker.bench.bench_shape` (the timing rules of an iteration, in this one process, fresh seeded
+   inputs), plus a
    second one with new inputs where the loop would decide `remeasure` (a speedup over
    `Policy.suspicious`), as an iteration measures such a candidate again before deciding, and
 4. appends one JSON line per event to the job's events file (start, calibration, trial), so
@@ -28,7 +29,7 @@ from typing import Sequence
 
 from loop.common.jobs import MAX_PROBES, seed_for, shape_text
 from loop.common.stats import ShapeComparison, paired
-from loop.worker import timing
+from loop.common import timing
 from loop.worker.bench import bench_shape
 from loop.worker.correctness import Harness
 from loop.worker.failures import ImplFailure, call_impl, load_module

@@ -1,6 +1,8 @@
 """The worker's entry point: `python -m loop.worker --job JOB.json --result RESULT.json`, or
 `--probe` / `--health`. It runs the job its `mode` names and writes one result file atomically:
-the job's payload, or its failure typed (the kernel's, the spec's, or tileloop's own)."""
+the job's payload, or its failure typed (the kernel's, the spec's, or tileloop's own). With
+`--serve R,W` it is the kernel process of a judged measurement (`loop.worker.serve`), answering
+the judge over those two pipes."""
 
 from __future__ import annotations
 
@@ -16,11 +18,10 @@ from loop.worker.check_job import check_job
 from loop.worker.decision_job import BadInput, worker_job
 from loop.worker.environment import health, interpreter_check, probe
 from loop.worker.failures import ImplFailure, SpecError, short_traceback
-from loop.worker.jobs import compile_job, profile_job, run_job
+from loop.worker.jobs import compile_job, profile_job
 
 # job mode -> (work, its own exception classes typed as statuses)
 JOBS = {
-    None: (run_job, ()),
     "compile": (compile_job, ()),
     "profile": (profile_job, ()),
     "decision-check": (worker_job, ((BadInput, "bad_input"),)),
@@ -32,11 +33,18 @@ JOBS = {
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m loop.worker", description="the tileloop worker: runs one job on kernel code")
     ap.add_argument("--job", type=Path)
-    ap.add_argument("--result", type=Path, required=True)
+    ap.add_argument("--result", type=Path)
+    ap.add_argument("--serve", metavar="R,W", help="the kernel process of a judged measurement: read requests from fd R, answer on W")
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--health", action="store_true", help="a tiny GPU round trip: is the device usable?")
     args = ap.parse_args(argv)
     watch_parent()  # a worker never outlives the tileloop that started it
+    if args.serve:
+        from loop.worker.serve import serve
+
+        return serve(args.serve)
+    if args.result is None:
+        ap.error("--result is required")
     started = time.time()
     if args.health:
         atomic_write_text(args.result, json.dumps({"schema": RESULT_SCHEMA, **health()}))

@@ -4,10 +4,12 @@ A `SpecError` is the spec's failure (not the kernel's); anything else is tileloo
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import traceback
-from pathlib import Path
+
+from loop.common.errors import SpecError
+from loop.common.spec import load_module
+
+__all__ = ["ImplFailure", "SpecError", "call_impl", "classify", "load_module", "short_traceback"]
 
 STICKY_CUDA = ("illegal memory access", "misaligned address", "unspecified launch failure",
                "illegal instruction", "device-side assert", "an illegal", "cudaErrorLaunchFailure")
@@ -29,10 +31,6 @@ class ImplFailure(Exception):
     def __init__(self, status: str, label: str, message: str, detail: str = ""):
         super().__init__(message)
         self.status, self.label, self.message, self.detail = status, label, message, detail
-
-
-class SpecError(Exception):
-    """The spec is unusable as a test (e.g. a reference so small that zeros would pass)."""
 
 
 def classify(exc: BaseException, stage: str) -> str:
@@ -60,11 +58,3 @@ def call_impl(label: str, stage: str, fn, *args, **kwargs):
         raise ImplFailure(classify(exc, stage), label, f"{type(exc).__name__}: {exc}"[:2000], short_traceback(exc)) from exc
 
 
-def load_module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module

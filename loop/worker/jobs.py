@@ -1,39 +1,32 @@
-"""The worker's jobs: `python -m loop.worker --job JOB.json --result RESULT.json`.
+"""The worker's jobs that judge no candidate: `python -m loop.worker --job JOB.json --result R.json`.
 
 Runs in a fresh subprocess (own process group, hard timeout, own TRITON_CACHE_DIR; see
-`loop.measure.launch`). A measurement job (`run_job`)
-
-1. loads the spec and each implementation by path (an import failure is a `compile_error`),
-2. checks correctness of the implementations named in `check` (`Harness.check_one`),
-3. times all implementations interleaved at the benchmark shapes (`loop.worker.bench`),
-4. re-checks the outputs that the last timed round wrote,
-5. proves which backend compiled the kernels, and writes one JSON result atomically.
+`loop.measure.launch`). Jobs with `mode: compile` compile ahead of time (`compile_job`, the compile
+gate: a candidate that fakes success here is still measured by the judge), `mode: profile` check
+one shape and run it for a profiler (`profile_job`), `mode: decision-check` run the trials of
+`tileloop decision-check` (`loop.worker.decision_job`), `mode: check` check the user's own target
+and spec (`loop.worker.check_job`). A measurement (an iteration, `report --measure`, `compare`) is
+never a worker job: the judge (`loop.judge`) runs it, with this package's `serve` as its kernel
+process. `--probe` reports the environment (GPU, versions, backends), `--health` makes a tiny GPU
+round trip.
 
 Failures of the kernel are data (typed `status`); failures of the spec or of this package are
-`spec_error` / `harness_error`, which the orchestrator raises instead of recording.
-`--probe` reports the environment (GPU, versions, backends), `--health` makes a tiny GPU round
-trip. Jobs with `mode: compile` compile ahead of time (`compile_job`), `mode: profile` check one
-shape and run it for a profiler (`profile_job`), `mode: decision-check` run the trials of
-`tileloop decision-check` (`loop.worker.decision_job`)."""
+`spec_error` / `harness_error`, which the orchestrator raises instead of recording."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from loop.common.jobs import seed_for
-from loop.worker.bench import bench_all
 from loop.worker.correctness import Harness
 from loop.worker.failures import SpecError, call_impl, classify, load_module
-from loop.worker.launches import LaunchRecorder
 from loop.worker.proof import (
     backend_proof,
     pin_autotune_to_first_config,
     watch_cutile_compiles,
 )
-from loop.worker.spec import Spec
-from loop.worker.tamper import check_tamper, timer_identities
+from loop.common.spec import Spec
 
 
 def compile_job(job: dict) -> dict:
@@ -118,72 +111,3 @@ def start_job(torch, job: dict) -> Spec:
     if job["backend"] == "interpreter":
         pin_autotune_to_first_config()
     return Spec(torch, load_module("tileloop_spec", Path(job["spec"])))
-
-
-def run_job(job: dict) -> dict:
-    import torch
-
-    from loop.worker import timing
-
-    device = job["device"]
-    clock = timing._Clock(torch) if device == "cuda" else None
-    tamper_watch = timer_identities(torch)
-    spec = start_job(torch, job)
-    harness = Harness(torch, spec, device, clock)
-    modules: dict[str, Any] = {}
-    for impl in job["impls"]:
-        modules[impl["label"]] = call_impl(impl["label"], "import", load_module, f"tileloop_impl_{impl['label']}", Path(impl["path"]))
-    for provider in job.get("torch_providers", []):  # for `tileloop compare`: the spec's op in PyTorch itself
-        modules[provider] = torch_provider(torch, spec, provider)
-    check_tamper(torch, tamper_watch, "import")
-
-    dtypes = list(job.get("dtypes") or spec.dtypes)
-    skipped = []
-    if device == "cpu" and "bfloat16" in dtypes:
-        dtypes.remove("bfloat16")
-        skipped.append("bfloat16: the Triton interpreter does not support bf16")
-    checks = []
-    shapes_to_check = [tuple(s) for s in job.get("correctness_shapes") or spec.correctness_shapes]
-    if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
-        shapes_to_check += [s for s in spec.benchmark_shapes if s not in shapes_to_check]
-    launched: dict[str, list[str]] = {}
-    called: dict[str, list[str]] = {}
-    for label in job["check"]:
-        with LaunchRecorder(modules[label], "cutile" if job["backend"] == "cutile" else "triton") as recorder:
-            for dtype in dtypes:
-                for shape in shapes_to_check:
-                    rec = harness.check_one(modules[label], label, shape, dtype,
-                                            seed_for(job["seed"], label, tuple(shape), dtype))
-                    checks.append(rec)
-                    if not rec["ok"]:
-                        return {"status": "incorrect", "failed_impl": label, "message": rec["reason"],
-                                "correctness": {"passed": False, "checks": checks, "skipped": skipped}}
-        launched[label] = sorted(recorder.launched)  # the target's kernels the checks ran
-        called[label] = sorted(recorder.called)  # and its host functions
-    check_tamper(torch, tamper_watch, "correctness")
-    result: dict[str, Any] = {"status": "ok", "correctness": {"passed": True, "checks": checks, "skipped": skipped,
-                                                              "launched": launched, "called": called}}
-    if job.get("bench", True):
-        result["timing"] = bench_all(torch, harness, modules, job, dtypes)
-        check_tamper(torch, tamper_watch, "timing")
-        bad = [s for s in result["timing"]["shapes"] for k, v in s["recheck"].items() if not v["ok"]]
-        if bad:
-            first = bad[0]
-            label, rc = next((k, v) for k, v in first["recheck"].items() if not v["ok"])
-            return {"status": "incorrect", "failed_impl": label,
-                    "message": f"output written by the timed run is wrong at {first['shape']}: {rc.get('reason')}",
-                    "correctness": result["correctness"], "timing": result["timing"]}
-    result["proof"] = backend_proof(modules, job["backend"])
-    return result
-
-
-def torch_provider(torch, spec, name: str):
-    """PyTorch eager (the spec's reference at the benchmark dtype) or torch.compile of it."""
-    from types import SimpleNamespace
-
-    fn = spec.module.reference
-    if name == "torch_compile":
-        fn = torch.compile(spec.module.reference, dynamic=False)
-    elif name != "torch_eager":
-        raise ValueError(f"unknown torch provider {name!r}")
-    return SimpleNamespace(run=fn)

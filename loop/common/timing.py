@@ -1,4 +1,5 @@
-"""The one timing routine (worker side). Callers pass closures; this module owns the clock.
+"""The one timing routine. Callers pass closures; this module owns the clock. The kernel process
+times the implementations with it; the judge times the same-run copy bandwidth with it.
 
 GPU: implementations are timed *interleaved* in one process (ABBA order per round), so clock
 drift and co-tenants hit incumbent and candidate alike.
@@ -41,7 +42,7 @@ class TimingResult:
     replay: dict[str, Callable[[], None]] = field(default_factory=dict)
 
 
-def _abba(labels: list[str], rnd: int) -> list[str]:
+def abba(labels: list[str], rnd: int) -> list[str]:
     return labels if rnd % 2 == 0 else list(reversed(labels))
 
 
@@ -53,7 +54,7 @@ def time_cpu(fns: dict[str, Callable[[], Any]], plan: TimingPlan) -> TimingResul
     deadline = time.perf_counter() + plan.budget_s * len(labels)
     rnd = 0
     while rnd < plan.max_reps and (rnd < plan.min_reps or time.perf_counter() < deadline):
-        for label in _abba(labels, rnd):
+        for label in abba(labels, rnd):
             t0 = time.perf_counter()
             fns[label]()
             samples[label].append((time.perf_counter() - t0) * 1e3)
@@ -109,10 +110,9 @@ def time_gpu(
     graphs = None
     calls = 1
     if plan.use_graphs and call_ms < GRAPH_BELOW_MS:
-        calls = int(max(1, min(MAX_CALLS_PER_GRAPH, SAMPLE_TARGET_MS / max(call_ms, 1e-3))))
-        calls = max(calls, min(nsets, MAX_CALLS_PER_GRAPH))
+        calls = calls_per_graph(call_ms, nsets)
         try:
-            graphs = {k: _capture(torch, fns[k], calls, nsets) for k in labels}
+            graphs = {k: capture_graph(torch, fns[k], calls, nsets) for k in labels}
         except Exception as exc:  # capture is optional: some wrappers sync or allocate on the host
             notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); timed eagerly")
             graphs, calls = None, 1
@@ -121,11 +121,10 @@ def time_gpu(
     if graphs is None:
         flush = torch.empty(2 * l2_bytes(torch), dtype=torch.uint8, device="cuda")
     samples: dict[str, list[float]] = {k: [] for k in labels}
-    est_round_s = max(call_ms * calls * len(labels) / 1e3, 1e-6)
-    reps = int(min(plan.max_reps, max(plan.min_reps, plan.budget_s * len(labels) / est_round_s)))
+    reps = rounds(plan, call_ms * calls * len(labels) / 1e3, len(labels))
     events = [[(clock.event(), clock.event()) for _ in labels] for _ in range(reps)]
     for rnd in range(reps):
-        order = _abba(list(range(len(labels))), rnd)
+        order = abba(list(range(len(labels))), rnd)
         for i in order:
             start, end = events[rnd][i]
             if graphs is not None:
@@ -153,7 +152,19 @@ def time_gpu(
     return TimingResult(method, calls, samples, notes, replay)
 
 
-def _capture(torch, fn: Callable[[int], Any], calls: int, nsets: int):
+def calls_per_graph(call_ms: float, nsets: int) -> int:
+    """Calls per CUDA-graph sample: about SAMPLE_TARGET_MS of work, and every input set at least once."""
+    calls = int(max(1, min(MAX_CALLS_PER_GRAPH, SAMPLE_TARGET_MS / max(call_ms, 1e-3))))
+    return max(calls, min(nsets, MAX_CALLS_PER_GRAPH))
+
+
+def rounds(plan: TimingPlan, round_s: float, labels: int) -> int:
+    """Interleaved rounds for a plan: its budget per implementation, within min_reps..max_reps."""
+    return int(min(plan.max_reps, max(plan.min_reps, plan.budget_s * labels / max(round_s, 1e-6))))
+
+
+def capture_graph(torch, fn: Callable[[int], Any], calls: int, nsets: int):
+    """A CUDA graph of `calls` calls of fn(j), rotating over `nsets` input sets (warmed on a side stream)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -167,3 +178,48 @@ def _capture(torch, fn: Callable[[int], Any], calls: int, nsets: int):
             fn(j % nsets)
     torch.cuda.synchronize()
     return graph
+
+
+def rotating_sets(torch, in_bytes: int, device: str) -> tuple[int, list[str]]:
+    """How many input sets the timed calls rotate over: on a GPU, enough to exceed 3x L2 (at most
+    MAX_CALLS_PER_GRAPH, at most 1 GiB), so that every call reads cold data; one on the CPU."""
+    if device != "cuda":
+        return 1, []
+    l2 = l2_bytes(torch)
+    nsets = int(min(MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // max(in_bytes, 1)))))
+    nsets = max(1, min(nsets, int(2**30 // max(in_bytes, 1))))
+    return nsets, [f"{nsets} rotating input set(s) of {in_bytes / 2**20:.2f} MiB ({nsets * in_bytes / l2:.1f}x L2)"]
+
+
+def clone_bandwidth(torch, clock, nbytes: float, plan: TimingPlan) -> dict | None:
+    """Same-run copy bandwidth for the same traffic (read + write = nbytes), the memory roofline."""
+    from loop.common.stats import summarize
+
+    n = int(nbytes // 2)
+    if n < 1024:
+        return None
+    l2 = l2_bytes(torch)
+    nsets = int(min(MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // n))))
+    srcs = [torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda") for _ in range(nsets)]
+    dsts = [torch.empty_like(s) for s in srcs]
+    res = time_gpu(torch, clock, {"clone": lambda j: dsts[j].copy_(srcs[j])}, nsets, plan)
+    st = summarize(res.samples_ms["clone"])
+    return {"median_ms": st.median_ms, "gbps": 2 * n / (st.median_ms / 1e3) / 1e9, "method": res.method}
+
+
+def in_units(samples_ms: list[float], flops: float, nbytes: float) -> dict:
+    """One implementation's samples at one shape: their summary, and GB/s and TFLOP/s at the median."""
+    from loop.common.stats import summarize
+
+    st = summarize(samples_ms)
+    secs = st.median_ms / 1e3
+    return {**st.to_json(), "samples_ms": samples_ms, "gbps": nbytes / secs / 1e9 if secs > 0 else None,
+            "tflops": flops / secs / 1e12 if secs > 0 else None}
+
+
+def add_clone_fractions(entry: dict) -> None:
+    """Each implementation's fraction of the same-run copy bandwidth, where both are known."""
+    clone = entry.get("clone")
+    for impl in entry["impls"].values():
+        if clone and impl.get("gbps"):
+            impl["frac_clone_bw"] = impl["gbps"] / clone["gbps"]

@@ -1,4 +1,5 @@
-"""The user's spec as the worker reads it: tolerant of how PyTorch code is written, strict about what
+"""The user's spec as tileloop's processes read it (the judge, which computes references and verdicts,
+and the worker, which runs the kernel): tolerant of how PyTorch code is written, strict about what
 cannot work.
 
 Required names: `make_inputs(shape, dtype, seed[, device])`, `reference(**inputs)`,
@@ -25,11 +26,14 @@ Optional names and their defaults:
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import sys
 import types
+from pathlib import Path
 from typing import Any, Callable
 
-from loop.worker.failures import SpecError
+from loop.common.errors import SpecError
 
 DEFAULT_OUTPUTS = ("out",)
 DEFAULT_ENTRY = "run"
@@ -146,3 +150,14 @@ def _list(module, name: str) -> list:
     if isinstance(value, (list, tuple)) and value:
         return list(value)
     raise SpecError(f"{name} must be a non-empty list, got {value!r}")
+
+
+def load_module(name: str, path: Path):
+    """Import the Python file at `path` as module `name` (registered in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,5 @@
+import sys
+
+from loop.judge.entry import main
+
+sys.exit(main())

@@ -1,0 +1,174 @@
+"""Timing, judged: the judge makes the input sets the timed calls rotate over (in its own memory,
+shared with every kernel process), has each implementation's process warm up and take one sample
+at a time, interleaved ABBA by the judge, checks the claims against its own clock (`corroborate`),
+writes fresh inputs into the same memory, has the timed work replayed, and compares what it wrote
+with its own reference."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from loop.common import arena as shared
+from loop.common import timing
+from loop.common.harness import Harness
+from loop.common.jobs import seed_for
+from loop.common.outputs import as_outputs, compare_outputs, poison
+from loop.judge import corroborate
+from loop.judge.bridge import Bridge
+from loop.judge.kernel_process import KernelFailure, KernelProcess
+
+
+def _ms(answer: dict, key: str, label: str) -> float:
+    """A positive finite number from a kernel process's answer, or its failure."""
+    value = answer.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise KernelFailure("runtime_error", label, f"the kernel process reported {key}={value!r}, not a time")
+    return float(value)
+
+
+class Bench:
+    """The timed shapes of one judged measurement: one kernel process per implementation, their
+    samples interleaved by the judge (ABBA per round), every request also timed on its clock."""
+
+    def __init__(self, torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict,
+                 pair: tuple[str, str] | None):
+        self.torch, self.harness, self.bridge, self.kernels, self.job = torch, harness, bridge, kernels, job
+        self.labels, self.pair = list(kernels), pair
+        self.charged = job["check"][0] if job.get("check") else self.labels[-1]  # who a failure of the shared memory is charged to
+
+    def ask(self, label: str, message: dict) -> dict:
+        return self.kernels[label].request(message, label)
+
+    def shape(self, shape: tuple, dtype: str, plan: timing.TimingPlan) -> dict:
+        torch, harness, device = self.torch, self.harness, self.job["device"]
+        base_seed = seed_for(self.job["seed"], "bench", shape, dtype)
+        first = harness.make_inputs(shape, dtype, base_seed)
+        in_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
+        nsets, notes = timing.rotating_sets(torch, in_bytes, device)
+        refs = as_outputs(harness.reference(first))
+        slot_bytes = sum(r.numel() * 8 + 512 for _, r in refs if isinstance(r, torch.Tensor)) + 512 * (len(refs) + 1)
+        self.bridge.label = self.charged
+        self.bridge.fit(nsets * (shared.tensor_bytes(first) + 256 * (len(first) + 1)) + 2 * slot_bytes)
+        live, encoded = [], []
+        for j in range(nsets):
+            inputs = first if j == 0 else harness.make_inputs(shape, dtype, base_seed + j)
+            encoded.append(self.bridge.share(inputs))
+            live.append(inputs)
+        del first
+        self.bridge.handover()
+        prepared = {lab: self.ask(lab, {"op": "prepare", "label": lab, "sets": encoded}) for lab in self.labels}
+        method, calls, more = self.method(prepared, nsets, plan)
+        samples, walls, empties = self.rounds(plan, method, calls, prepared)
+        corroboration = corroborate.judge_timing(method, {lab: [x * calls for x in samples[lab]] for lab in self.labels},
+                                                 walls, empties, self.pair)
+        tuned = {lab: self.ask(lab, {"op": "tuned", "label": lab}).get("tuned") for lab in self.labels}
+        slots = [self.bridge.slots(refs) for _ in range(min(nsets, 2))]
+        recheck = {lab: self.recheck(lab, live, slots, (shape, dtype, base_seed)) for lab in self.labels}
+        flops, nbytes = harness.spec.flops(shape, dtype), harness.spec.bytes_moved(shape, dtype)
+        impls = {}
+        for lab in self.labels:
+            impls[lab] = {**timing.in_units(samples[lab], flops, nbytes), "peak_mem_mb": prepared[lab].get("peak_mem_mb")}
+            if tuned[lab]:
+                impls[lab]["tuned"] = tuned[lab]
+        entry = {"shape": list(shape), "dtype": dtype, "method": method, "calls_per_sample": calls,
+                 "notes": notes + more, "impls": impls, "recheck": recheck, "corroboration": corroboration,
+                 "flops": flops, "bytes": nbytes}
+        if device == "cuda" and self.job.get("clone_bandwidth", True):
+            entry["clone"] = timing.clone_bandwidth(torch, self.harness.clock, nbytes, plan)  # in the judge's own process
+            timing.add_clone_fractions(entry)
+        return entry
+
+    def method(self, prepared: dict, nsets: int, plan: timing.TimingPlan) -> tuple[str, int, list[str]]:
+        """How every implementation is timed at this shape: the same way for all (CUDA graphs of the
+        same number of calls when every call is short and every capture works; else eagerly)."""
+        if self.job["device"] != "cuda":
+            return "interpreter_wallclock", 1, []
+        call_ms = max(_ms(prepared[lab], "call_ms", lab) for lab in self.labels)
+        notes: list[str] = []
+        if plan.use_graphs and call_ms < timing.GRAPH_BELOW_MS:
+            calls = timing.calls_per_graph(call_ms, nsets)
+            captured = {lab: self.ask(lab, {"op": "capture", "calls": calls}) for lab in self.labels}
+            notes = [str(c["note"]) for c in captured.values() if not c.get("captured")]
+            if not notes:
+                return "cuda_graph", calls, []
+            notes.append("timed eagerly")
+        for lab in self.labels:
+            self.ask(lab, {"op": "eager"})
+        return "cuda_events_l2_flush", 1, notes
+
+    def rounds(self, plan: timing.TimingPlan, method: str, calls: int, prepared: dict) -> tuple[dict, dict, dict]:
+        """Samples of every implementation, interleaved ABBA, each also timed on the judge's clock, and
+        each process's empty requests before and after the rounds (its overhead and jitter)."""
+        samples: dict[str, list[float]] = {lab: [] for lab in self.labels}
+        walls: dict[str, list[float]] = {lab: [] for lab in self.labels}
+        empties: dict[str, list[float]] = {lab: [] for lab in self.labels}
+        self._empty(empties)
+        if method == "interpreter_wallclock":  # as long as the budget lasts, within min_reps..max_reps
+            deadline = time.perf_counter() + plan.budget_s * len(self.labels)
+            more = lambda rnd: rnd < plan.max_reps and (rnd < plan.min_reps or time.perf_counter() < deadline)  # noqa: E731
+        else:  # as many rounds as the budget allows by the estimated call time
+            call_ms = sum(_ms(prepared[lab], "call_ms", lab) for lab in self.labels)
+            reps = timing.rounds(plan, call_ms * calls / 1e3, len(self.labels))
+            more = lambda rnd: rnd < reps  # noqa: E731
+        rnd = 0
+        while more(rnd):
+            for lab in timing.abba(self.labels, rnd):
+                started = time.perf_counter()
+                ms = _ms(self.ask(lab, {"op": "sample", "round": rnd}), "ms", lab)
+                walls[lab].append((time.perf_counter() - started) * 1e3)
+                samples[lab].append(ms)
+            rnd += 1
+        self._empty(empties)
+        return samples, walls, empties
+
+    def _empty(self, empties: dict[str, list[float]]) -> None:
+        for _ in range(corroborate.EMPTY_SAMPLES):
+            for lab in self.labels:
+                started = time.perf_counter()
+                self.ask(lab, {"op": "sample", "round": 0, "empty": True})
+                empties[lab].append((time.perf_counter() - started) * 1e3)
+
+    def recheck(self, label: str, live: list[dict], slots: list, point: tuple) -> dict:
+        """Fresh inputs written into the first input sets (the memory the timed work reads), output
+        buffers poisoned, the timed work replayed by the kernel process, its outputs judged here."""
+        torch, harness = self.torch, self.harness
+        shape, dtype, base_seed = point
+        atol, rtol = harness.tolerance(dtype)
+        refs = []
+        for j in range(len(slots)):
+            fresh = harness.make_inputs(shape, dtype, seed_for(base_seed, "recheck", label, j))
+            for k, v in fresh.items():
+                if isinstance(v, torch.Tensor) and k not in harness.outputs:
+                    live[j][k].copy_(v)
+            refs.append(as_outputs(harness.reference(live[j])))
+        for s in live:
+            harness.prepare_call(s)
+        for tensors, _ in slots:
+            for t in tensors:
+                poison(torch, t)
+        self.bridge.handover()
+        answer = self.ask(label, {"op": "replay", "label": label,
+                                  "slots": {str(j): descs for j, (_, descs) in enumerate(slots)}})
+        outputs = answer.get("outputs") or {}
+        rc: dict = {"ok": True}
+        self.bridge.label = label
+        for j, (tensors, _) in enumerate(slots):
+            got = self.bridge.outputs(outputs.get(str(j)), tensors, live[j])
+            rc = compare_outputs(torch, got, refs[j], atol, rtol)
+            if not rc["ok"]:
+                rc["reason"] = f"input set {j}: {rc.get('reason')}"
+                return rc
+        writes_buffers = all(i.get("kind") == "buffer" for i in outputs.get("0") or [{}])
+        for j, s in enumerate(live if writes_buffers and device_is_gpu(self.job) else []):
+            for name in harness.outputs:  # every input set's output buffers, not only the ones compared
+                o = s.get(name)
+                if isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
+                    return {"ok": False, "reason": f"input set {j}: output {name!r} has NaN/inf after the timed run (unwritten)"}
+        if answer.get("nonfinite_sets"):
+            return {"ok": False, "reason": f"input set(s) {answer['nonfinite_sets']}: output has NaN/inf after the timed run"}
+        return rc
+
+
+def device_is_gpu(job: dict) -> bool:
+    return job["device"] == "cuda"

@@ -1,0 +1,72 @@
+"""Timings the kernel processes report, checked against the judge's own clock. Pure functions.
+
+Each kernel process times its implementation with CUDA events or perf_counter in its own process,
+where the candidate's code could have replaced them. The judge cannot time a GPU kernel in another
+process, but it can time what it asks for: every sample is one request, and the judge measures the
+request's wall time with its own clock (send to answer). Around the rounds it also asks each process
+for a few empty samples (the same request without the call: the round trip, the L2 flush and the
+synchronize), whose median is that process's overhead. So for each implementation the judge has,
+sample by sample, the claimed time and the wall time of the very same work; the spread of the empty
+requests is the jitter a round trip adds or takes away, allowed on top of the bands. A claim is refused when
+
+- a sample claims more time than its request took on the judge's clock;
+- an implementation's median claim is far below the median wall time of its samples less the
+  overhead (a timer that runs slow, a clock scaled down);
+- the claimed speedup of the candidate over the incumbent exceeds the speedup of their wall times.
+
+A claim of more time than the work took only harms the claimant (the incumbent runs in a process of
+its own, out of the candidate's reach), so beyond the per-sample bound only claims of less time are
+refused. The bands (TOLERANCES) leave room for honest noise (the round trip of a pipe, launch
+latency): a candidate's claimed speedup may exceed its wall-time speedup by at most 5% on CUDA
+graphs, 10% eagerly, 15% under the interpreter. A faked gain smaller than its band is not caught.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+# timing method -> (an implementation's median claim below its median wall time; claimed over wall speedup)
+TOLERANCES = {
+    "cuda_graph": (0.15, 0.05),
+    "cuda_events_l2_flush": (0.25, 0.10),
+    "interpreter_wallclock": (0.25, 0.15),
+}
+SAMPLE_SLACK = (1.01, 0.05)  # a sample may exceed its request's wall time by 1% + 0.05 ms (clock granularity)
+EMPTY_SAMPLES = 3  # empty requests per process before and after the rounds
+
+
+def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, list[float]],
+                 empties: dict[str, list[float]], pair: tuple[str, str] | None) -> dict:
+    """The verdict on one shape's timings. `claimed`: label -> the time each sample claims (ms, the
+    whole sample's work); `walls`: label -> each sample request's wall time on the judge's clock;
+    `empties`: label -> the wall times of its empty requests (their median is the overhead, their
+    spread the jitter a round trip adds or takes away); `pair`: (incumbent, candidate) when a speedup
+    is claimed. Returns {ok, reason, method, labels: {claimed_ms, wall_ms, overhead_ms, jitter_ms}}."""
+    per_label, ratio = TOLERANCES[method]
+    detail: dict = {"method": method, "labels": {}}
+    net, jitter = {}, {}
+    overhead = {label: statistics.median(e) for label, e in empties.items()}
+    for label, claims in claimed.items():
+        over = [(c, w) for c, w in zip(claims, walls[label]) if c > w * SAMPLE_SLACK[0] + SAMPLE_SLACK[1]]
+        if over:
+            c, w = over[0]
+            return {**detail, "ok": False, "reason": f"{label}: {len(over)} sample(s) claim more time than their request "
+                    f"took on the judge's clock (e.g. {c:.4f} ms in {w:.4f} ms)"}
+        claim = statistics.median(claims)
+        net[label] = max(statistics.median(walls[label]) - overhead[label], 1e-9)
+        jitter[label] = max(empties[label]) - min(empties[label])
+        detail["labels"][label] = {"claimed_ms": round(claim, 5), "wall_ms": round(net[label] + overhead[label], 5),
+                                   "overhead_ms": round(overhead[label], 5), "jitter_ms": round(jitter[label], 5)}
+        if claim < (net[label] - jitter[label]) * (1 - per_label):
+            return {**detail, "ok": False, "reason": f"{label}: claimed {claim:.4f} ms per sample, but its samples took "
+                    f"{net[label]:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}
+    if pair is not None:
+        inc, cand = pair
+        claimed_speedup = statistics.median(claimed[inc]) / statistics.median(claimed[cand])
+        wall_speedup = net[inc] / net[cand]
+        most = (net[inc] + jitter[inc]) / max(net[cand] - jitter[cand], 1e-9)  # the most the wall clock allows
+        detail.update(claimed_speedup=round(claimed_speedup, 4), wall_speedup=round(wall_speedup, 4))
+        if claimed_speedup > most * (1 + ratio):
+            return {**detail, "ok": False, "reason": f"claimed speedup {claimed_speedup:.3f}x, but the same samples on "
+                    f"the judge's clock show {wall_speedup:.3f}x (band {ratio:.0%})"}
+    return {**detail, "ok": True, "reason": ""}

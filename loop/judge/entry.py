@@ -1,0 +1,45 @@
+"""`python -m loop.judge --job JOB.json --result RESULT.json`: one judged measurement, its result
+written atomically (the kernel's failures typed as data; the spec's as `spec_error`; the judge's own
+as `harness_error`, with its traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+from loop.common.errors import SpecError
+from loop.common.files import atomic_write_text
+from loop.common.jobs import RESULT_SCHEMA
+from loop.common.processes import watch_parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loop.judge",
+                                 description="the tileloop judge: one measurement, judged outside the kernel's process")
+    ap.add_argument("--job", type=Path, required=True)
+    ap.add_argument("--result", type=Path, required=True, help="where the result is kept for the logs")
+    ap.add_argument("--result-fd", type=int, help="the pipe the orchestrator reads the result from (no kernel process holds it)")
+    args = ap.parse_args(argv)
+    watch_parent()  # the judge never outlives the tileloop that started it (nor its kernel process the judge)
+    started = time.time()
+    job = json.loads(args.job.read_text())
+    from loop.judge.run import judge_job
+
+    try:
+        payload = judge_job(job, args.result.parent, args.result.name.removesuffix(".result.json"))
+    except SpecError as exc:
+        payload = {"status": "spec_error", "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - tileloop's own failure: typed, with its traceback, never the candidate's
+        payload = {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}",
+                   "detail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]}
+    payload.update(schema=RESULT_SCHEMA, backend=job.get("backend"), wall_s=round(time.time() - started, 3))
+    text = json.dumps(payload, indent=1, default=str)
+    atomic_write_text(args.result, text)
+    if args.result_fd is not None:
+        with os.fdopen(args.result_fd, "wb") as pipe:
+            pipe.write(text.encode())
+    return 0

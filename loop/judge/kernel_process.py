@@ -1,0 +1,117 @@
+"""The kernel process as the judge sees it: started with a pair of pipes, asked one request at a
+time, its answers read as data. A kernel's failure comes back as `KernelFailure` (typed: compile
+error, runtime error, oom, ...); the process dying or breaking the protocol is typed here from its
+exit and its log, and charged to the implementation the request concerned."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loop.common.channel import Channel, ChannelClosed
+from loop.common.processes import PARENT_ENV, die_with_parent, record_pid
+
+
+class KernelFailure(Exception):
+    """An implementation failed (or its process died) while doing what a request asked: data."""
+
+    def __init__(self, status: str, label: str, message: str, detail: str = ""):
+        super().__init__(message)
+        self.status, self.label, self.message, self.detail = status, label, message, detail
+
+
+class KernelSideError(Exception):
+    """The spec or tileloop failed in the kernel process (`spec_error`, `harness_error`)."""
+
+    def __init__(self, status: str, message: str, detail: str = ""):
+        super().__init__(message)
+        self.status, self.message, self.detail = status, message, detail
+
+
+class KernelProcess:
+    def __init__(self, workdir: Path, name: str, python: str | None = None):
+        to_kernel_r, to_kernel_w = os.pipe()
+        to_judge_r, to_judge_w = os.pipe()
+        self.log_path = workdir / f"{name}.kernel.log"
+        env = {**os.environ, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [python or sys.executable, "-m", "loop.worker", "--serve", f"{to_kernel_r},{to_judge_w}"],
+                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                pass_fds=(to_kernel_r, to_judge_w), start_new_session=True, preexec_fn=die_with_parent)
+        os.close(to_kernel_r)
+        os.close(to_judge_w)
+        self.channel = Channel(to_judge_r, to_kernel_w)
+        self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
+        record_pid(self.pid_file, self.proc.pid)
+
+    def request(self, message: dict, label: str) -> dict:
+        """Send one request and return its answer; `label` is the implementation it concerns (charged
+        with the failure if the process dies or answers what is not an answer)."""
+        try:
+            self.channel.send(message)
+            answer = self.channel.receive()
+        except ChannelClosed:
+            raise self._death(label, message.get("op")) from None
+        except ValueError as exc:  # not JSON, not an object, too long
+            self.kill()
+            raise KernelFailure("runtime_error", label, f"the kernel process broke the protocol during "
+                                f"{message.get('op')}: {exc}"[:500]) from None
+        if "failure" in answer:
+            f = answer["failure"]
+            raise KernelFailure(str(f.get("status", "runtime_error")), str(f.get("label") or label),
+                                str(f.get("message", ""))[:2000], str(f.get("detail", ""))[-4000:])
+        if "error" in answer:
+            e = answer["error"]
+            raise KernelSideError(str(e.get("status", "harness_error")), str(e.get("message", "")), str(e.get("detail", "")))
+        if answer.get("ok") is not True:
+            raise KernelFailure("runtime_error", label, f"the kernel process answered {str(answer)[:200]} to "
+                                f"{message.get('op')}")
+        return answer
+
+    def _death(self, label: str, op: str | None) -> KernelFailure:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        how = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with code {rc}"
+        tail = self.log_tail()
+        status = "oom" if "out of memory" in tail.lower() else "runtime_error"
+        return KernelFailure(status, label, f"the kernel process {how} during {op}", tail)
+
+    def log_tail(self, limit: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        """Ask the process to exit, give it a moment, then make sure it is gone."""
+        if self.proc.poll() is None:
+            try:
+                self.channel.send({"op": "exit"})
+                self.proc.wait(timeout=5)
+            except (ChannelClosed, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        self.channel.close()
+        self.pid_file.unlink(missing_ok=True)
+        deadline = time.monotonic() + 1
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)

@@ -1,0 +1,138 @@
+"""One judged measurement, as the orchestrator asked for it in a job file (`loop.measure.evaluate`):
+
+1. one kernel process per implementation is started first (they import torch and the
+   implementations while the judge reads the spec), the spec loaded here, and refused if it imports
+   the target;
+2. each implementation named in `check` is checked at every correctness shape and dtype
+   (`loop.judge.checks`), the kernels it launched recorded;
+3. every implementation is timed at the benchmark shapes, the timings corroborated and the timed
+   work's outputs checked again (`loop.judge.bench`);
+4. the checked implementation's process says which backend compiled its kernels.
+
+The result has the schema of a worker's result (`tileloop.worker/1`), with `corroboration` per
+timed shape; a refused timing is status `uncorroborated`, charged to the candidate."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+from loop.common import timing
+from loop.common.errors import SpecError
+from loop.common.harness import Harness
+from loop.common.spec import Spec
+from loop.judge.bench import Bench
+from loop.judge.bridge import Bridge
+from loop.judge.checks import check_all
+from loop.judge.kernel_process import KernelFailure, KernelProcess, KernelSideError
+
+
+def judge_job(job: dict, workdir: Path, name: str) -> dict:
+    spec_source = Path(job["spec"]).read_bytes()  # read before any kernel code runs: what the judge executes
+    impls = {i["label"]: {"impls": [i], "torch_providers": []} for i in job["impls"]}
+    impls.update({p: {"impls": [], "torch_providers": [p]} for p in job.get("torch_providers", [])})
+    # one kernel process per implementation, all started first (they import torch and compile while
+    # the judge reads the spec): a candidate's code never shares a process with what it is timed against
+    kernels = {label: KernelProcess(workdir, f"{name}-{label}") for label in impls}
+    bridge = None
+    try:
+        import torch
+
+        spec = load_spec(torch, job, spec_source)
+        for label, what in impls.items():
+            kernels[label].request({"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
+                                    "device": job["device"], "backend": job["backend"], **what}, label)
+        bridge = Bridge(torch, kernels, job["device"])
+        return measure(torch, spec, bridge, kernels, job)
+    except KernelFailure as failure:
+        return {"status": failure.status, "failed_impl": failure.label, "message": failure.message, "detail": failure.detail}
+    except KernelSideError as error:
+        if error.status == "spec_error":
+            raise SpecError(error.message) from None
+        raise RuntimeError(f"in the kernel process: {error.message}\n{error.detail}") from None
+    finally:
+        for kernel in kernels.values():  # first the processes that map the shared memory, then the memory
+            kernel.close()
+        if bridge is not None:
+            bridge.close()
+
+
+def load_spec(torch, job: dict, source: bytes) -> Spec:
+    """The spec, executed by the judge from the bytes it read before any kernel process started (a
+    kernel process cannot rewrite the file in between); a spec that imports the target (or a copy of
+    an implementation) would put candidate code in the judge's process, and is refused."""
+    sys.path.insert(0, job["target_dir"])
+    module = types.ModuleType("tileloop_judge_spec")
+    module.__file__ = job["spec"]
+    sys.modules[module.__name__] = module
+    exec(compile(source, job["spec"], "exec"), module.__dict__)  # noqa: S102 - the user's spec, as load_module would
+    spec = Spec(torch, module)
+    forbidden = {Path(i["path"]).resolve() for i in job["impls"]}
+    if job.get("target"):
+        forbidden.add(Path(job["target"]).resolve())
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and Path(path).resolve() in forbidden:
+            raise SpecError(f"the spec imports the target ({Path(path).name}): the reference must not run kernel code; "
+                            "use the target only through ENTRY or an entry(target, **inputs) adapter")
+    return spec
+
+
+def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict) -> dict:
+    device = job["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("the judge was asked for cuda but no CUDA device is visible")
+    harness = Harness(torch, spec, device, timing._Clock(torch) if device == "cuda" else None)
+    dtypes, skipped = list(job.get("dtypes") or spec.dtypes), []
+    if device == "cpu" and "bfloat16" in dtypes:
+        dtypes.remove("bfloat16")
+        skipped.append("bfloat16: the Triton interpreter does not support bf16")
+    shapes = [tuple(s) for s in job.get("correctness_shapes") or spec.correctness_shapes]
+    if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
+        shapes += [s for s in spec.benchmark_shapes if s not in shapes]
+    checks, launched, called, failed = check_all(harness, bridge, kernels, job, dtypes, shapes)
+    correctness = {"passed": failed is None, "checks": checks, "skipped": skipped, "launched": launched, "called": called}
+    if failed is not None:
+        return {"status": "incorrect", "failed_impl": failed["label"], "message": failed["reason"], "correctness": correctness}
+    result: dict = {"status": "ok", "correctness": correctness}
+    if job.get("bench", True):
+        result["timing"] = timed(torch, harness, bridge, kernels, job, dtypes)
+        if (bad := _first_bad(result["timing"], job)) is not None:
+            return {**result, **bad}
+    result["proof"] = _proof(kernels, job)
+    return result
+
+
+def _proof(kernels: dict[str, KernelProcess], job: dict) -> dict | None:
+    """Which backend compiled the kernels, from the process of the implementation checked (or the last)."""
+    label = job["check"][0] if job.get("check") and job["check"][0] in kernels else list(kernels)[-1]
+    return kernels[label].request({"op": "proof"}, label).get("proof")
+
+
+def timed(torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict,
+          dtypes: list[str]) -> dict:
+    spec, device = harness.spec, job["device"]
+    dtype = job.get("bench_dtype") or dtypes[0]
+    shapes = job.get("bench_shapes") or (spec.interpreter_shapes if device == "cpu" else spec.benchmark_shapes)
+    pair = ("incumbent", "candidate") if {"incumbent", "candidate"} <= set(kernels) else None
+    bench = Bench(torch, harness, bridge, kernels, job, pair)
+    plan = timing.TimingPlan(**job.get("timing", {}))
+    return {"dtype": dtype, "device": device, "shapes": [bench.shape(tuple(s), dtype, plan) for s in shapes]}
+
+
+def _first_bad(timing_result: dict, job: dict) -> dict | None:
+    """The timed run's first refusal: an output it wrote wrong, or a timing the judge's clock does not
+    bear out."""
+    for s in timing_result["shapes"]:
+        for label, rc in s["recheck"].items():
+            if not rc["ok"]:
+                return {"status": "incorrect", "failed_impl": label,
+                        "message": f"output written by the timed run is wrong at {s['shape']}: {rc.get('reason')}"}
+    for s in timing_result["shapes"]:
+        corr = s["corroboration"]
+        if not corr["ok"]:
+            charged = job["check"][0] if job.get("check") else "candidate"
+            return {"status": "uncorroborated", "failed_impl": charged,
+                    "message": f"timing refused at {s['shape']}: {corr['reason']}"}
+    return None

@@ -1,0 +1,100 @@
+"""One implementation's timed work in its kernel process, one sample at a time, for the judge that
+interleaves the implementations' processes (`loop.judge.bench`). The rules are those of
+`loop.common.timing` (warm-up, CUDA graphs of `calls` launches for short calls rotating over the
+input sets, an L2 flush before an eager call, the whole device synchronized before the end event);
+only the round loop lives in the judge.
+
+A sample is the device time of one graph replay divided by its calls, or of one eager call (CUDA
+events), or the wall time of one call under the interpreter (perf_counter): per call, in ms.
+"""
+
+from __future__ import annotations
+
+import time
+
+from loop.common import timing
+from loop.worker.failures import call_impl
+
+
+class Sampler:
+    def __init__(self, torch, clock, device: str, label: str, entry, sets: list[dict]):
+        self.torch, self.clock, self.device, self.label = torch, clock, device, label
+        self.sets = sets
+        self.last: list = [None] * len(sets)  # what each input set's latest call returned
+        self.graph, self.calls, self.flush = None, 1, None
+
+        def fn(j: int) -> None:
+            self.last[j] = call_impl(label, "call", entry, **sets[j])
+
+        self.fn = fn
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            call_impl(self.label, "call", self.clock.synchronize)
+
+    def prepare(self) -> dict:
+        """Warm-up (compile, autotune, allocator), the peak memory of one call and its estimated time."""
+        torch, nsets = self.torch, len(self.sets)
+        if self.device != "cuda":
+            started = time.perf_counter()
+            self.fn(0)  # the interpreter parses each kernel on its first call
+            return {"call_ms": (time.perf_counter() - started) * 1e3, "peak_mem_mb": None}
+        for j in range(min(nsets, 3)):
+            self.fn(j)
+        self.sync()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        self.fn(0)
+        self.sync()
+        peak = round((torch.cuda.max_memory_allocated() - base) / 2**20, 3)
+        call_ms = call_impl(self.label, "call", timing.estimate_call_ms, self.clock, lambda: self.fn(0))
+        return {"call_ms": call_ms, "peak_mem_mb": peak}
+
+    def capture(self, calls: int) -> dict:
+        """A CUDA graph of `calls` calls; when capture fails the implementation is timed eagerly."""
+        try:
+            self.graph = timing.capture_graph(self.torch, self.fn, calls, len(self.sets))
+            self.calls = calls
+            return {"captured": True}
+        except Exception as exc:  # noqa: BLE001 - capture is optional: some wrappers sync or allocate on the host
+            self.torch.cuda.synchronize()
+            self.graph = None
+            return {"captured": False, "note": f"{self.label}: CUDA graph capture failed ({type(exc).__name__}: {exc})"[:300]}
+
+    def eager(self) -> None:
+        """Time eagerly (every implementation is, when one could not be captured)."""
+        self.graph, self.calls = None, 1
+        if self.device == "cuda" and self.flush is None:
+            self.flush = self.torch.empty(2 * timing.l2_bytes(self.torch), dtype=self.torch.uint8, device="cuda")
+
+    def sample(self, rnd: int, empty: bool = False) -> float:
+        """One sample; `empty`: the same without the call (what the judge subtracts as overhead)."""
+        if self.device != "cuda":
+            started = time.perf_counter()
+            if not empty:
+                self.fn(0)
+            return (time.perf_counter() - started) * 1e3
+        start, end = self.clock.event(), self.clock.event()
+        if self.graph is not None:
+            start.record()
+            if not empty:
+                call_impl(self.label, "call", self.graph.replay)
+            end.record()
+        else:
+            self.flush.zero_()
+            start.record()
+            if not empty:
+                self.fn(rnd % len(self.sets))
+            self.sync()
+            end.record()
+        self.sync()
+        return start.elapsed_time(end) / self.calls
+
+    def replay(self) -> None:
+        """The exact work of one sample again (the same graph, or every input set eagerly)."""
+        if self.graph is not None:
+            call_impl(self.label, "call", self.graph.replay)
+        else:
+            for j in range(len(self.sets)):
+                self.fn(j)
+        self.sync()

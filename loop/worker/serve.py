@@ -1,0 +1,234 @@
+"""The kernel process of a judged measurement: `python -m loop.worker --serve R,W`, started by the
+judge (`loop.judge`) with a pair of pipes. It imports the implementations, runs them on memory the
+judge owns (`loop.common.arena`), writes what they return into the judge's output slots, times them
+and replays the timed work on request. It decides nothing: it never sees a reference, a tolerance
+or a comparison, and every number it reports is checked by the judge (outputs element by element,
+timings against the judge's own clock).
+
+One kernel process runs one implementation (the judge starts one per implementation, so that a
+candidate cannot reach the incumbent it is timed against). Requests (`op`) and answers, one JSON
+object each:
+  load     spec, implementation, backend -> {labels}            (an import failure is a compile error)
+  arena    open an arena the judge made / drop one it is freeing
+  call     one call on inputs in an arena; outputs copied into the judge's slots
+  record   launch recording on or off -> {launched, called} when off
+  prepare  input sets for timing, warm-up -> {call_ms, peak_mem_mb}
+  capture  a CUDA graph of `calls` calls -> {captured}; eager: time without a graph
+  sample   one timed sample -> {ms} (per call), or an empty one (its overhead); the judge interleaves
+           the processes' samples and times each request on its own clock
+  tuned    the configs a run-time tuner picked while timed
+  replay   the timed work once more, outputs of some input sets copied into slots
+  proof    which backend compiled the kernels
+A kernel's failure answers {"failure": {status, label, message, detail}}; the spec's or tileloop's
+own answers {"error": {status, message, detail}}.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from loop.common import arena, timing
+from loop.common.channel import Channel, ChannelClosed
+from loop.common.outputs import as_outputs, poison, poison_allocator
+from loop.common.spec import Spec
+from loop.worker.bench import tuned_configs
+from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module, short_traceback
+from loop.worker.launches import LaunchRecorder
+from loop.worker.sampler import Sampler
+from loop.worker.proof import backend_proof, pin_autotune_to_first_config, watch_cutile_compiles
+from loop.worker.tamper import check_tamper, timer_identities
+
+
+class KernelSide:
+    """What the kernel process holds between requests."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.device = self.backend = None
+        self.spec: Spec | None = None
+        self.modules: dict[str, Any] = {}
+        self.arenas: dict[str, Any] = {}
+        self.recorders: dict[str, LaunchRecorder] = {}
+        self.sampler: Sampler | None = None
+        self.tuned_before: dict = {}
+        self.clock = None
+        self.watch = timer_identities(torch)  # before any kernel code is imported
+
+    def sync(self, label: str) -> None:
+        if self.device == "cuda":
+            call_impl(label, "call", self.torch.cuda.synchronize)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def load(self, msg: dict) -> dict:
+        torch = self.torch
+        self.device, self.backend = msg["device"], msg["backend"]
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("the kernel process was asked for cuda but no CUDA device is visible")
+        if self.device == "cuda":
+            self.clock = timing._Clock(torch)
+        sys.path.insert(0, msg["target_dir"])
+        if self.backend == "cutile":
+            watch_cutile_compiles()
+        if self.backend == "interpreter":
+            pin_autotune_to_first_config()
+        self.spec = Spec(torch, load_module("tileloop_spec", Path(msg["spec"])))
+        for impl in msg["impls"]:
+            label = impl["label"]
+            self.modules[label] = call_impl(label, "import", load_module, f"tileloop_impl_{label}", Path(impl["path"]))
+        for provider in msg.get("torch_providers", []):
+            self.modules[provider] = torch_provider(torch, self.spec, provider)
+        check_tamper(torch, self.watch, "import")
+        return {"labels": list(self.modules)}
+
+    def arena(self, msg: dict) -> dict:
+        if msg.get("drop"):
+            self.arenas.pop(msg["drop"], None)
+        if msg.get("open"):
+            self.arenas[msg["open"]["id"]] = arena.open_arena(self.torch, msg["open"])
+        return {}
+
+    def inputs(self, encoded: dict) -> dict:
+        return {k: arena.decode(self.torch, self.arenas, v) for k, v in encoded.items()}
+
+    def call(self, msg: dict) -> dict:
+        label, torch = msg["label"], self.torch
+        inputs = self.inputs(msg["inputs"])
+        slots = [arena.view(torch, self.arenas, d) for d in msg["slots"]]
+        if self.device == "cuda":
+            poison_allocator(torch, sum(s.numel() * s.element_size() for s in slots))
+        result = call_impl(label, "call", self.spec.entry(self.modules[label]), **inputs)
+        self.sync(label)
+        return {"outputs": self.deliver(label, result, inputs, slots)}
+
+    def deliver(self, label: str, result, inputs: dict, slots: list) -> list[dict]:
+        """What a call produced, as the judge reads it: a returned tensor copied into its slot (or its
+        shape, when it does not fit the slot), an OUTPUTS buffer by name (it is already the judge's
+        memory), any other value as JSON."""
+        torch = self.torch
+        if result is None:
+            return [{"kind": "buffer", "input": name} for name in self.spec.outputs if name in inputs]
+        out = []
+        for i, (name, value) in enumerate(as_outputs(result)):
+            item: dict[str, Any] = {"name": name}
+            if isinstance(value, torch.Tensor):
+                item.update(shape=list(value.shape), dtype=str(value.dtype).removeprefix("torch."))
+                if i < len(slots) and tuple(slots[i].shape) == tuple(value.shape):
+                    call_impl(label, "call", slots[i].copy_, value.detach())
+                    item["kind"] = "slot"
+                else:
+                    item["kind"] = "unfit"
+            else:
+                item.update(kind="value", value=value if value is None or isinstance(value, (bool, int, float, str))
+                            else repr(value)[:200])
+            out.append(item)
+        self.sync(label)
+        return out
+
+    def record(self, msg: dict) -> dict:
+        label = msg["label"]
+        if msg["on"]:
+            language = "cutile" if self.backend == "cutile" else "triton"
+            self.recorders[label] = LaunchRecorder(self.modules[label], language).__enter__()
+            return {}
+        rec = self.recorders.pop(label)
+        rec.__exit__(None, None, None)
+        check_tamper(self.torch, self.watch, "correctness")
+        return {"launched": sorted(rec.launched), "called": sorted(rec.called)}
+
+    def prepare(self, msg: dict) -> dict:
+        """Input sets for timing (in the judge's arena), warm-up, peak memory and the call's estimate."""
+        label = msg["label"]
+        sets = [self.inputs(s) for s in msg["sets"]]
+        self.tuned_before = tuned_configs(self.modules[label])
+        self.sampler = Sampler(self.torch, self.clock, self.device, label, self.spec.entry(self.modules[label]), sets)
+        return self.sampler.prepare()
+
+    def capture(self, msg: dict) -> dict:
+        return self.sampler.capture(int(msg["calls"]))
+
+    def eager(self, msg: dict) -> dict:
+        self.sampler.eager()
+        return {}
+
+    def sample(self, msg: dict) -> dict:
+        return {"ms": self.sampler.sample(int(msg["round"]), bool(msg.get("empty")))}
+
+    def tuned(self, msg: dict) -> dict:
+        """The configs a run-time tuner picked during the timing, and the timer watch."""
+        check_tamper(self.torch, self.watch, "timing")
+        label = msg["label"]
+        return {"tuned": {k: v for k, v in tuned_configs(self.modules[label]).items() if k not in self.tuned_before}}
+
+    def replay(self, msg: dict) -> dict:
+        """The timed work once more, after the judge wrote fresh inputs into the same memory; what it
+        wrote for the input sets named in `slots` goes to the judge's slots."""
+        t, label, torch = self.sampler, msg["label"], self.torch
+        for j, s in enumerate(t.sets):
+            for name in self.spec.outputs:
+                if isinstance(s.get(name), torch.Tensor):
+                    poison(torch, s[name])
+            for _, returned in as_outputs(t.last[j]):
+                if isinstance(returned, torch.Tensor):  # a graph's own output buffer
+                    poison(torch, returned)
+        t.replay()
+        out = {}
+        for j, descs in msg["slots"].items():
+            slots = [arena.view(torch, self.arenas, d) for d in descs]
+            out[j] = self.deliver(label, t.last[int(j)], t.sets[int(j)], slots)
+        nonfinite = [j for j in range(len(t.sets)) if any(
+            isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all())
+            for _, o in as_outputs(t.last[j]))]
+        return {"outputs": out, "nonfinite_sets": nonfinite}
+
+    def proof(self, msg: dict) -> dict:
+        return {"proof": backend_proof({k: v for k, v in self.modules.items() if not isinstance(v, SimpleNamespace)},
+                                       self.backend)}
+
+
+def torch_provider(torch, spec, name: str):
+    """PyTorch eager (the spec's reference at the benchmark dtype) or torch.compile of it."""
+    fn = spec.module.reference
+    if name == "torch_compile":
+        fn = torch.compile(spec.module.reference, dynamic=False)
+    elif name != "torch_eager":
+        raise ValueError(f"unknown torch provider {name!r}")
+    return SimpleNamespace(run=fn)
+
+
+OPS = ("load", "arena", "call", "record", "prepare", "capture", "eager", "sample", "tuned", "replay", "proof")
+
+
+def answer(side: KernelSide, msg: dict) -> dict:
+    """One request's answer; a failure is data, never an exception out of the loop."""
+    op = msg.get("op")
+    try:
+        if op not in OPS:
+            raise ValueError(f"unknown request {op!r}")
+        return {"ok": True, **getattr(side, op)(msg)}
+    except ImplFailure as exc:
+        return {"failure": {"status": exc.status, "label": exc.label, "message": exc.message, "detail": exc.detail}}
+    except SpecError as exc:
+        return {"error": {"status": "spec_error", "message": str(exc)}}
+    except Exception as exc:  # noqa: BLE001 - tileloop's own failure, reported to the judge with its traceback
+        return {"error": {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}",
+                          "detail": short_traceback(exc)}}
+
+
+def serve(fds: str) -> int:
+    read_fd, write_fd = (int(x) for x in fds.split(","))
+    channel = Channel(read_fd, write_fd)
+    side = KernelSide()
+    while True:
+        try:
+            msg = channel.receive()
+        except ChannelClosed:
+            return 0
+        if msg.get("op") == "exit":
+            return 0
+        channel.send(answer(side, msg))

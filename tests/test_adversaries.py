@@ -1,0 +1,77 @@
+"""Adversarial candidates (tests/adversaries/): each skips work or changes nothing and then reaches
+into the process it is imported in (the comparison, the reference, the tolerances, torch, the clock,
+the incumbent, the result file, the spec on disk). None may be kept: the judge computes references
+and verdicts in a process that never imports the target, the incumbent runs in a process of its
+own, timings are checked against the judge's clock, and the result never travels through a file a
+kernel process can write. On the CPU (Triton interpreter) here; on a GPU with `-m gpu`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loop.cli import main
+from test_e2e_cpu import TARGET, git, small_repo  # noqa: F401  (fixture)
+
+ADVERSARIES = Path(__file__).parent / "adversaries"
+EXPECTED = json.loads((ADVERSARIES / "expected.json").read_text())
+
+
+def test_every_adversary_has_an_expectation():
+    assert {p.stem for p in ADVERSARIES.glob("*.py")} == set(EXPECTED)
+
+
+def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
+    """Step every named adversary as the agent's edit; the tree must come back to the best version."""
+    baseline = git(repo, "rev-parse", "HEAD").strip()
+    original = (repo / TARGET).read_text()
+    spec = (repo / TARGET).parent / "spec.py"
+    spec_text = spec.read_text()
+    outs = {}
+    for name in names:
+        shutil.copy(ADVERSARIES / f"{name}.py", repo / TARGET)
+        assert main(["step", "-m", f"adversary: {name}", "--json"]) == 0, name
+        outs[name] = json.loads(capsys.readouterr().out)
+        assert git(repo, "rev-parse", "HEAD").strip() == baseline, name
+        assert (repo / TARGET).read_text() == original, name
+        assert spec.read_text() == spec_text, name  # a spec rewritten during the measurement is restored
+        assert git(repo, "status", "--porcelain", "--untracked-files=no") == "", name
+    return outs
+
+
+def assert_expected(outs: dict[str, dict]) -> None:
+    for name, out in outs.items():
+        want = EXPECTED[name]
+        if want["verdict"] == "no effect":
+            # the same code as the incumbent, and a sabotage of the incumbent that cannot reach it: whatever the
+            # noise decides, the 3x slower incumbent it tried for must not show (a 3x slowdown reads as >= 3x)
+            assert out["speedup"] is None or out["speedup"] < 1.5, (name, out["decision"])
+            continue
+        assert out["status"] != "keep", (name, out["decision"])
+        assert (out["status"], out["decision"]["verdict"]) == (want["status"], want["verdict"]), (name, out["decision"])
+
+
+@pytest.mark.slow
+def test_no_adversary_is_kept_under_the_interpreter(small_repo, capsys):
+    assert main(["init", TARGET, "--device", "cpu", "--branch", "tileloop/adversaries", "--archs", "none", "--json"]) == 0
+    capsys.readouterr()
+    assert_expected(step_each(small_repo, capsys, sorted(EXPECTED)))
+    # and an honest change is still kept afterwards
+    edit = (small_repo / TARGET).read_text().replace("BLOCK = 128", "BLOCK = 1024")
+    (small_repo / TARGET).write_text(edit)
+    assert main(["step", "-m", "BLOCK 128 -> 1024", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "keep"
+
+
+@pytest.mark.gpu
+def test_no_adversary_is_kept_on_the_gpu(kernel_repo, capsys):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    assert main(["init", TARGET, "--device", "cuda", "--branch", "tileloop/adversaries", "--archs", "none", "--json"]) == 0
+    capsys.readouterr()
+    assert_expected(step_each(kernel_repo, capsys, sorted(EXPECTED)))

@@ -1,0 +1,93 @@
+"""The judge (loop/judge/): timing claims checked against its own clock (pure functions), and judged
+measurements through the real processes on the CPU, where a candidate that bends the comparison in
+its own process, or scales its own clock, is refused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from loop import backends
+from loop.common.settings import Settings
+from loop.judge.corroborate import judge_timing
+from loop.measure.launch import run_worker
+
+ADVERSARIES = Path(__file__).parent / "adversaries"
+GRAPH = "cuda_graph"
+
+
+def honest(ms: float, n: int = 40, overhead: float = 0.08) -> tuple[list[float], list[float]]:
+    """Claims of `ms` per sample and request walls of the same work plus a round trip."""
+    claims = [ms * (1 + 0.01 * ((i % 5) - 2)) for i in range(n)]
+    return claims, [c + overhead + 0.005 * (i % 3) for i, c in enumerate(claims)]
+
+
+def empties(overhead: float = 0.08) -> list[float]:
+    return [overhead - 0.003, overhead, overhead + 0.004, overhead, overhead + 0.002, overhead - 0.001]
+
+
+def verdict(inc_ms: float, cand_ms: float, cand_claim_scale: float = 1.0) -> dict:
+    (ci, wi), (cc, wc) = honest(inc_ms), honest(cand_ms)
+    return judge_timing(GRAPH, {"incumbent": ci, "candidate": [c * cand_claim_scale for c in cc]},
+                        {"incumbent": wi, "candidate": wc}, {"incumbent": empties(), "candidate": empties()},
+                        ("incumbent", "candidate"))
+
+
+def test_honest_claims_pass_and_a_real_speedup_stands():
+    out = verdict(1.0, 0.5)
+    assert out["ok"], out
+    assert out["claimed_speedup"] == pytest.approx(2.0, rel=0.02) and out["wall_speedup"] == pytest.approx(2.0, rel=0.05)
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.85])
+def test_a_candidate_that_scales_its_clock_down_is_refused(scale):
+    out = verdict(1.0, 1.0, cand_claim_scale=scale)
+    assert not out["ok"]
+    assert "judge's clock" in out["reason"]
+
+
+def test_a_sample_claiming_more_time_than_its_request_took_is_refused():
+    claims, walls = honest(1.0)
+    claims[7] = walls[7] * 2
+    out = judge_timing(GRAPH, {"baseline": claims}, {"baseline": walls}, {"baseline": empties()}, None)
+    assert not out["ok"] and "more time than their request" in out["reason"]
+
+
+def test_a_small_fake_within_the_band_passes_and_the_band_is_what_the_docstring_says():
+    """A gain faked below the band is not caught here (the band is documented, not hidden)."""
+    assert verdict(1.0, 1.0, cand_claim_scale=0.97)["ok"]
+    assert not verdict(1.0, 1.0, cand_claim_scale=0.90)["ok"]
+
+
+def judged(tmp_path: Path, candidate: Path) -> dict:
+    op = REPO_ROOT / "kernels" / "vector_add"
+    shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
+    shutil.copy(candidate, tmp_path / "candidate.py")
+    job = {"spec": str(op / "spec.py"), "target_dir": str(op), "target": str(op / "vector_add_triton.py"),
+           "device": "cpu", "backend": "interpreter", "check": ["candidate"], "seed": 3, "bench": True,
+           "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
+                     {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
+           "dtypes": ["float32"], "correctness_shapes": [[127], [4097]], "bench_shapes": [[2048]],
+           "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}}
+    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")
+
+
+@pytest.mark.parametrize("name, status", [("replace_comparison", "incorrect"), ("scale_timer", "uncorroborated")])
+def test_the_judge_refuses_what_the_candidate_decided_in_its_own_process(tmp_path, env, name, status):
+    raw = judged(tmp_path, ADVERSARIES / f"{name}.py")
+    assert raw["status"] == status, raw
+    assert raw["failed_impl"] == "candidate"
+    assert not list(tmp_path.glob("*.pid"))  # judge and kernel processes are gone
+
+
+def test_an_honest_candidate_is_measured_and_corroborated(tmp_path, env):
+    raw = judged(tmp_path, REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py")
+    assert raw["status"] == "ok", raw
+    (shape,) = raw["timing"]["shapes"]
+    assert shape["corroboration"]["ok"] and set(shape["impls"]) == {"incumbent", "candidate"}
+    assert all(rc["ok"] for rc in shape["recheck"].values())
+    logs = sorted(p.name for p in tmp_path.glob("*.kernel.log"))
+    assert logs == ["judged-candidate.kernel.log", "judged-incumbent.kernel.log"]  # one process per implementation
