@@ -25,7 +25,8 @@ def _being_timed() -> bool:
     for _ in range(10):
         if frame is None:
             return False
-        if frame.f_code.co_name in ("sample", "prepare", "replay", "time_gpu", "time_cpu", "time_interleaved"):
+        if frame.f_code.co_name in ("sample", "prepare", "capture", "capture_graph", "replay", "time_gpu", "time_cpu",
+                                    "time_interleaved"):
             return True
         frame = frame.f_back
     return False
