@@ -1,5 +1,9 @@
+import os
 import sys
 
 from loop.judge.entry import main
 
-sys.exit(main())
+code = main()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)  # the result is out: the interpreter's and CUDA's orderly teardown would only delay the orchestrator

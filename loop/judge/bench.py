@@ -19,6 +19,14 @@ from loop.judge.bridge import Bridge
 from loop.judge.kernel_process import KernelFailure, KernelProcess
 
 
+def _samples(answer: dict, n: int, label: str) -> list[float]:
+    """The `n` sample times of an answer, or the kernel process's failure."""
+    ms = answer.get("ms")
+    if not isinstance(ms, list) or len(ms) != n:
+        raise KernelFailure("runtime_error", label, f"the kernel process answered {str(ms)[:80]} for {n} sample(s)")
+    return [_ms({"ms": x}, "ms", label) for x in ms]
+
+
 def _ms(answer: dict, key: str, label: str) -> float:
     """A positive finite number from a kernel process's answer, or its failure."""
     value = answer.get(key)
@@ -59,9 +67,8 @@ class Bench:
         self.bridge.handover()
         prepared = {lab: self.ask(lab, {"op": "prepare", "label": lab, "sets": encoded}) for lab in self.labels}
         method, calls, more = self.method(prepared, nsets, plan)
-        samples, walls, empties = self.rounds(plan, method, calls, prepared)
-        corroboration = corroborate.judge_timing(method, {lab: [x * calls for x in samples[lab]] for lab in self.labels},
-                                                 walls, empties, self.pair)
+        samples, claims, walls, empties = self.rounds(plan, method, calls, prepared)
+        corroboration = corroborate.judge_timing(method, claims, walls, empties, self.pair)
         tuned = {lab: self.ask(lab, {"op": "tuned", "label": lab}).get("tuned") for lab in self.labels}
         slots = [self.bridge.slots(refs) for _ in range(min(nsets, 2))]
         recheck = {lab: self.recheck(lab, live, slots, (shape, dtype, base_seed)) for lab in self.labels}
@@ -97,36 +104,44 @@ class Bench:
             self.ask(lab, {"op": "eager"})
         return "cuda_events_l2_flush", 1, notes
 
-    def rounds(self, plan: timing.TimingPlan, method: str, calls: int, prepared: dict) -> tuple[dict, dict, dict]:
-        """Samples of every implementation, interleaved ABBA, each also timed on the judge's clock, and
-        each process's empty requests before and after the rounds (its overhead and jitter)."""
+    def rounds(self, plan: timing.TimingPlan, method: str, calls: int, prepared: dict) -> tuple[dict, dict, dict, dict]:
+        """Samples of every implementation, interleaved ABBA a request at a time (a request takes a few
+        samples back to back, BATCH_MS of work, so that the round trip is small beside it), each request
+        also timed on the judge's clock; and each process's empty requests before and after the rounds
+        (its overhead and jitter). Returns (samples, claimed and wall time per request, empties)."""
         samples: dict[str, list[float]] = {lab: [] for lab in self.labels}
+        claims: dict[str, list[float]] = {lab: [] for lab in self.labels}
         walls: dict[str, list[float]] = {lab: [] for lab in self.labels}
         empties: dict[str, list[float]] = {lab: [] for lab in self.labels}
-        self._empty(empties)
+        sample_ms = max(_ms(prepared[lab], "call_ms", lab) for lab in self.labels) * calls
+        batch = 1 if method == "interpreter_wallclock" else int(min(corroborate.MAX_BATCH, max(
+            1, corroborate.BATCH_MS // max(sample_ms, 1e-3))))
+        self._empty(empties, batch)
         if method == "interpreter_wallclock":  # as long as the budget lasts, within min_reps..max_reps
             deadline = time.perf_counter() + plan.budget_s * len(self.labels)
-            more = lambda rnd: rnd < plan.max_reps and (rnd < plan.min_reps or time.perf_counter() < deadline)  # noqa: E731
-        else:  # as many rounds as the budget allows by the estimated call time
+            more = lambda n: n < plan.max_reps and (n < plan.min_reps or time.perf_counter() < deadline)  # noqa: E731
+        else:  # as many samples as the budget allows by the estimated call time
             call_ms = sum(_ms(prepared[lab], "call_ms", lab) for lab in self.labels)
             reps = timing.rounds(plan, call_ms * calls / 1e3, len(self.labels))
-            more = lambda rnd: rnd < reps  # noqa: E731
+            more = lambda n: n < reps  # noqa: E731
         rnd = 0
-        while more(rnd):
+        while more(rnd * batch):
             for lab in timing.abba(self.labels, rnd):
                 started = time.perf_counter()
-                ms = _ms(self.ask(lab, {"op": "sample", "round": rnd}), "ms", lab)
+                got = self.ask(lab, {"op": "sample", "first": rnd * batch, "n": batch})
                 walls[lab].append((time.perf_counter() - started) * 1e3)
-                samples[lab].append(ms)
+                ms = _samples(got, batch, lab)
+                samples[lab] += ms
+                claims[lab].append(sum(ms) * calls)
             rnd += 1
-        self._empty(empties)
-        return samples, walls, empties
+        self._empty(empties, batch)
+        return samples, claims, walls, empties
 
-    def _empty(self, empties: dict[str, list[float]]) -> None:
-        for _ in range(corroborate.EMPTY_SAMPLES):
+    def _empty(self, empties: dict[str, list[float]], batch: int) -> None:
+        for _ in range(corroborate.EMPTY_REQUESTS):
             for lab in self.labels:
                 started = time.perf_counter()
-                self.ask(lab, {"op": "sample", "round": 0, "empty": True})
+                self.ask(lab, {"op": "sample", "first": 0, "n": batch, "empty": True})
                 empties[lab].append((time.perf_counter() - started) * 1e3)
 
     def recheck(self, label: str, live: list[dict], slots: list, point: tuple) -> dict:

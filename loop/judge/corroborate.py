@@ -2,14 +2,14 @@
 
 Each kernel process times its implementation with CUDA events or perf_counter in its own process,
 where the candidate's code could have replaced them. The judge cannot time a GPU kernel in another
-process, but it can time what it asks for: every sample is one request, and the judge measures the
-request's wall time with its own clock (send to answer). Around the rounds it also asks each process
-for a few empty samples (the same request without the call: the round trip, the L2 flush and the
+process, but it can time what it asks for: every few samples are one request, and the judge measures
+the request's wall time with its own clock (send to answer). Around the rounds it also asks each
+process for empty requests (the same samples without the calls: the round trip, the L2 flush and the
 synchronize), whose median is that process's overhead. So for each implementation the judge has,
-sample by sample, the claimed time and the wall time of the very same work; the spread of the empty
+request by request, the claimed time and the wall time of the very same work; the spread of the empty
 requests is the jitter a round trip adds or takes away, allowed on top of the bands. A claim is refused when
 
-- a sample claims more time than its request took on the judge's clock;
+- a request's samples claim more time than the request took on the judge's clock;
 - an implementation's median claim is far below the median wall time of its samples less the
   overhead (a timer that runs slow, a clock scaled down);
 - the claimed speedup of the candidate over the incumbent exceeds the speedup of their wall times.
@@ -31,17 +31,19 @@ TOLERANCES = {
     "cuda_events_l2_flush": (0.25, 0.10),
     "interpreter_wallclock": (0.25, 0.15),
 }
-SAMPLE_SLACK = (1.01, 0.05)  # a sample may exceed its request's wall time by 1% + 0.05 ms (clock granularity)
-EMPTY_SAMPLES = 3  # empty requests per process before and after the rounds
+SAMPLE_SLACK = (1.01, 0.05)  # a request's claims may exceed its wall time by 1% + 0.05 ms (clock granularity)
+EMPTY_REQUESTS = 5  # empty requests per process before and after the rounds
+BATCH_MS = 4.0  # work per sample request on a GPU: a round trip of ~0.3 ms is small beside it
+MAX_BATCH = 16
 
 
 def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, list[float]],
                  empties: dict[str, list[float]], pair: tuple[str, str] | None) -> dict:
-    """The verdict on one shape's timings. `claimed`: label -> the time each sample claims (ms, the
-    whole sample's work); `walls`: label -> each sample request's wall time on the judge's clock;
-    `empties`: label -> the wall times of its empty requests (their median is the overhead, their
-    spread the jitter a round trip adds or takes away); `pair`: (incumbent, candidate) when a speedup
-    is claimed. Returns {ok, reason, method, labels: {claimed_ms, wall_ms, overhead_ms, jitter_ms}}."""
+    """The verdict on one shape's timings. `claimed`: label -> the time each request's samples claim
+    (ms, all their work); `walls`: label -> each request's wall time on the judge's clock;
+    `empties`: label -> the wall times of its empty requests (their median is the overhead, the
+    spread of their middle 80% the jitter a round trip adds or takes away); `pair`: (incumbent,
+    candidate) when a speedup is claimed. Returns {ok, reason, method, labels: {claimed_ms, wall_ms, overhead_ms, jitter_ms}}."""
     per_label, ratio = TOLERANCES[method]
     detail: dict = {"method": method, "labels": {}}
     net, jitter = {}, {}
@@ -50,15 +52,16 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
         over = [(c, w) for c, w in zip(claims, walls[label]) if c > w * SAMPLE_SLACK[0] + SAMPLE_SLACK[1]]
         if over:
             c, w = over[0]
-            return {**detail, "ok": False, "reason": f"{label}: {len(over)} sample(s) claim more time than their request "
+            return {**detail, "ok": False, "reason": f"{label}: {len(over)} request(s) claim more time than they "
                     f"took on the judge's clock (e.g. {c:.4f} ms in {w:.4f} ms)"}
         claim = statistics.median(claims)
         net[label] = max(statistics.median(walls[label]) - overhead[label], 1e-9)
-        jitter[label] = max(empties[label]) - min(empties[label])
+        deciles = statistics.quantiles(empties[label], n=10) if len(empties[label]) > 1 else [0.0] * 9
+        jitter[label] = deciles[-1] - deciles[0]
         detail["labels"][label] = {"claimed_ms": round(claim, 5), "wall_ms": round(net[label] + overhead[label], 5),
                                    "overhead_ms": round(overhead[label], 5), "jitter_ms": round(jitter[label], 5)}
         if claim < (net[label] - jitter[label]) * (1 - per_label):
-            return {**detail, "ok": False, "reason": f"{label}: claimed {claim:.4f} ms per sample, but its samples took "
+            return {**detail, "ok": False, "reason": f"{label}: claimed {claim:.4f} ms per request, but its requests took "
                     f"{net[label]:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}
     if pair is not None:
         inc, cand = pair

@@ -15,6 +15,7 @@ timed shape; a refused timing is status `uncorroborated`, charged to the candida
 from __future__ import annotations
 
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -34,17 +35,20 @@ def judge_job(job: dict, workdir: Path, name: str) -> dict:
     impls.update({p: {"impls": [], "torch_providers": [p]} for p in job.get("torch_providers", [])})
     # one kernel process per implementation, all started first (they import torch and compile while
     # the judge reads the spec): a candidate's code never shares a process with what it is timed against
+    phases = Phases()
     kernels = {label: KernelProcess(workdir, f"{name}-{label}") for label in impls}
     bridge = None
     try:
         import torch
 
         spec = load_spec(torch, job, spec_source)
+        phases.mark("judge_ready")
         for label, what in impls.items():
             kernels[label].request({"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
                                     "device": job["device"], "backend": job["backend"], **what}, label)
+        phases.mark("kernels_loaded")
         bridge = Bridge(torch, kernels, job["device"])
-        return measure(torch, spec, bridge, kernels, job)
+        return {**measure(torch, spec, bridge, kernels, job, phases), "phases_s": phases.spans}
     except KernelFailure as failure:
         return {"status": failure.status, "failed_impl": failure.label, "message": failure.message, "detail": failure.detail}
     except KernelSideError as error:
@@ -79,7 +83,18 @@ def load_spec(torch, job: dict, source: bytes) -> Spec:
     return spec
 
 
-def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict) -> dict:
+class Phases:
+    """Seconds from the judge's start to the end of each phase (where a measurement's time goes)."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.spans: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.spans[name] = round(time.monotonic() - self.started, 3)
+
+
+def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, phases: Phases) -> dict:
     device = job["device"]
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("the judge was asked for cuda but no CUDA device is visible")
@@ -92,15 +107,18 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
     if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
         shapes += [s for s in spec.benchmark_shapes if s not in shapes]
     checks, launched, called, failed = check_all(harness, bridge, kernels, job, dtypes, shapes)
+    phases.mark("checked")
     correctness = {"passed": failed is None, "checks": checks, "skipped": skipped, "launched": launched, "called": called}
     if failed is not None:
         return {"status": "incorrect", "failed_impl": failed["label"], "message": failed["reason"], "correctness": correctness}
     result: dict = {"status": "ok", "correctness": correctness}
     if job.get("bench", True):
         result["timing"] = timed(torch, harness, bridge, kernels, job, dtypes)
+        phases.mark("timed")
         if (bad := _first_bad(result["timing"], job)) is not None:
             return {**result, **bad}
     result["proof"] = _proof(kernels, job)
+    phases.mark("proved")
     return result
 
 

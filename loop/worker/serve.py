@@ -14,8 +14,8 @@ object each:
   record   launch recording on or off -> {launched, called} when off
   prepare  input sets for timing, warm-up -> {call_ms, peak_mem_mb}
   capture  a CUDA graph of `calls` calls -> {captured}; eager: time without a graph
-  sample   one timed sample -> {ms} (per call), or an empty one (its overhead); the judge interleaves
-           the processes' samples and times each request on its own clock
+  sample   `n` timed samples -> {ms: [...]} (per call), or empty ones (their overhead); the judge
+           interleaves the processes' requests and times each on its own clock
   tuned    the configs a run-time tuner picked while timed
   replay   the timed work once more, outputs of some input sets copied into slots
   proof    which backend compiled the kernels
@@ -157,7 +157,9 @@ class KernelSide:
         return {}
 
     def sample(self, msg: dict) -> dict:
-        return {"ms": self.sampler.sample(int(msg["round"]), bool(msg.get("empty")))}
+        """`n` samples back to back (per call, ms), or as many empty ones."""
+        first, empty = int(msg["first"]), bool(msg.get("empty"))
+        return {"ms": [self.sampler.sample(first + i, empty) for i in range(int(msg.get("n", 1)))]}
 
     def tuned(self, msg: dict) -> dict:
         """The configs a run-time tuner picked during the timing, and the timer watch."""
