@@ -27,6 +27,7 @@ from loop.worker.bench import bench_all
 from loop.worker.correctness import Harness
 from loop.worker.failures import SpecError, call_impl, classify, load_module
 from loop.worker.launches import LaunchRecorder
+from loop.worker.providers import References
 from loop.worker.proof import (
     backend_proof,
     pin_autotune_to_first_config,
@@ -135,6 +136,7 @@ def run_job(job: dict) -> dict:
         modules[impl["label"]] = call_impl(impl["label"], "import", load_module, f"tileloop_impl_{impl['label']}", Path(impl["path"]))
     for provider in job.get("torch_providers", []):  # for `tileloop compare`: the spec's op in PyTorch itself
         modules[provider] = torch_provider(torch, spec, provider)
+    refs = References(spec, set(modules)) if job.get("references") else None  # the spec's named public kernels
     check_tamper(torch, tamper_watch, "import")
 
     dtypes = list(job.get("dtypes") or spec.dtypes)
@@ -163,9 +165,13 @@ def run_job(job: dict) -> dict:
     check_tamper(torch, tamper_watch, "correctness")
     result: dict[str, Any] = {"status": "ok", "correctness": {"passed": True, "checks": checks, "skipped": skipped,
                                                               "launched": launched, "called": called}}
+    if refs:  # checked like the implementations; the correct ones are timed beside them
+        result["references"] = refs.check(harness, job, dtypes, shapes_to_check, modules)
     if job.get("bench", True):
         result["timing"] = bench_all(torch, harness, modules, job, dtypes)
         check_tamper(torch, tamper_watch, "timing")
+        if refs:
+            refs.settle(result)
         bad = [s for s in result["timing"]["shapes"] for k, v in s["recheck"].items() if not v["ok"]]
         if bad:
             first = bad[0]
