@@ -1,7 +1,8 @@
 """Named reference kernels (a spec's `REFERENCES`) beside the target, as `report --measure` and
 `compare` time them: Liger-Kernel's softmax (installed from PyPI for the session, run by the
 Triton interpreter at small fp32 shapes), one that is not installed (`unavailable`, with the
-reason) and one that is wrong (`incorrect`, not timed), through the real worker subprocess."""
+reason), one that is wrong (`incorrect`, not timed) and one that raises (`runtime_error`, not
+timed), through the real worker subprocess."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ REFERENCES = {
     "liger": ("liger_kernel.ops.softmax", lambda liger, x, out: liger.LigerSoftmaxFunction.apply(x)),
     "quack": "quack.softmax:softmax",
     "scaled": ("scaled_softmax", lambda mod, x, out: mod.softmax(x)),
+    "broken": ("scaled_softmax", lambda mod, x, out: mod.broken(x)),
 }
 '''
 WRONG = '''import torch
@@ -29,6 +31,10 @@ WRONG = '''import torch
 
 def softmax(x):
     return torch.softmax(x, dim=-1) * 1.01
+
+
+def broken(x):
+    raise RuntimeError("no kernel for this shape")
 '''
 
 
@@ -60,6 +66,7 @@ def test_references_are_checked_then_timed_beside_the_best_version(softmax_dir, 
     assert refs["liger"] == {"source": "liger_kernel.ops.softmax (adapter in the spec)", "status": "ok", "reason": "", "checks": 2}
     assert refs["quack"]["status"] == "unavailable" and "No module named 'quack'" in refs["quack"]["reason"]
     assert refs["scaled"]["status"] == "incorrect" and "(5, 17) float32" in refs["scaled"]["reason"]
+    assert refs["broken"]["status"] == "runtime_error" and "no kernel for this shape" in refs["broken"]["reason"]
     (shape,) = raw["timing"]["shapes"]
     assert set(shape["impls"]) == {"best", "torch_eager", "liger"}  # the wrong one has no time
     assert len(shape["impls"]["liger"]["samples_ms"]) >= 2 and set(shape["recheck"]) == {"best", "torch_eager"}
@@ -70,6 +77,7 @@ def test_references_are_checked_then_timed_beside_the_best_version(softmax_dir, 
     assert row["vs liger"] == f"{liger_ms / shape['impls']['best']['median_ms']:.2f}x"
     assert row["quack (ms)"].startswith("unavailable: ModuleNotFoundError") and row["vs quack"] == "n/a"
     assert row["scaled (ms)"].startswith("incorrect: ") and row["vs scaled"] == "n/a"
+    assert row["broken (ms)"].startswith("runtime_error: ") and row["vs broken"] == "n/a"
     assert row["torch.compile (ms)"] == "not timed"
 
 

@@ -16,8 +16,9 @@ Each one is imported in the worker. One that cannot be imported (not installed, 
 import) is reported `unavailable` with the reason, never dropped and never filled with another
 number. An available one is checked like the implementations (every dtype, every correctness
 shape, the same seeds and tolerances) before it is timed; one that fails a check, or whose timed
-run writes a wrong output, is reported `incorrect` with the reason and has no time. A wrongly
-written REFERENCES is the spec's error.
+run writes a wrong output, is reported `incorrect` (or, where it raised, `runtime_error`,
+`compile_error` or `oom`) with the reason, and has no time. A wrongly written REFERENCES is the
+spec's error.
 """
 
 from __future__ import annotations
@@ -82,15 +83,16 @@ class References:
             checks = 0
             for dtype in dtypes:
                 for shape in shapes:
+                    status = "incorrect"
                     try:
                         rec = harness.check_one(stand_in, name, shape, dtype, seed_for(job["seed"], name, tuple(shape), dtype))
                     except ImplFailure as exc:
                         if any(m.lower() in exc.message.lower() for m in STICKY_CUDA):
                             raise  # the CUDA context is gone: nothing after this could be timed
-                        rec = {"ok": False, "reason": f"{exc.status}: {exc.message}"}
+                        status, rec = exc.status, {"ok": False, "reason": exc.message}
                     checks += 1
                     if not rec["ok"]:
-                        self.report[name].update(status="incorrect", reason=f"{tuple(shape)} {dtype}: {rec['reason']}"[:500])
+                        self.report[name].update(status=status, reason=f"{tuple(shape)} {dtype}: {rec['reason']}"[:500])
                         break
                 if self.report[name]["status"] != "ok":
                     break
