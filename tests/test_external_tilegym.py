@@ -16,7 +16,9 @@ tests leave them:
 The toy op sleeps `DELAY_S` per call, so a faster candidate is really faster; no latency here is
 written down. TileGym itself cannot be collected on a machine without a GPU (its conftest asks
 torch for the device's compute capability while adding options, and `import tilegym` queries the
-GPU), and its tests are not on PyPI, so this stand-in is what runs here.
+GPU), and its tests are not on PyPI, so this stand-in is what runs here. TileGym's real op modules
+(the `tilegym` fixture: the PyPI wheel) are checked for what the worked example in docs/harness.md
+does to them: the cuTile candidates it applies are offered.
 """
 
 from __future__ import annotations
@@ -247,3 +249,19 @@ def test_unattended_run_on_a_tilegym_like_checkout(gym_repo, capsys, clean_env, 
     report = (gym_repo / json.loads(capsys.readouterr().out)["report"]).read_text()
     assert "Test_ToyNorm::test_perf[cutile-multi_wave_reload-4096-1024-float16]" in report
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op, keys", [
+    ("rms_norm", ["cutile-hint:_rms_norm_kernel_gather.occupancy=2", "cutile-latency:latency=4", "cutile-approx:ftz"]),
+    ("softmax", ["cutile-store-no-tma:allow_tma=False", "cutile-latency:latency=4", "cutile-hint:_softmax_kernel.occupancy=8"]),
+])
+def test_the_recipes_of_the_worked_example_apply_to_tilegyms_op_modules(tilegym, capsys, op, keys):
+    """TileGym's op modules as PyPI ships them: the cuTile candidates that docs/harness.md's worked
+    example applies to them are offered (a recipe that stopped recognising them would leave a
+    TileGym run nothing to try)."""
+    target = tilegym / "ops" / "cutile" / f"{op}.py"
+    for key in keys:
+        assert main(["playbook", "apply", key.split(":")[0], str(target), "--dry-run", "--json"]) == 0
+        offered = [c["key"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+        assert key in offered, (key, offered)
