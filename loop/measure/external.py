@@ -17,8 +17,9 @@ replaced by a path under the run's sandbox) or else from lines the command print
 is and how it is parsed is `loop.measure.bench_records`'s.
 
 Failures of the harness itself (no parsable record, the incumbent failing its bench, records
-that differ between runs of the same version, files left in the working tree) raise
-ExternalHarnessError: they are not the candidate's fault.
+that differ between runs of the same version, files left in the working tree, and, at the
+baseline, commands that never imported the target from the working tree, as seen in the bytecode
+they wrote) raise ExternalHarnessError: they are not the candidate's fault.
 """
 
 from __future__ import annotations
