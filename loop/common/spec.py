@@ -21,13 +21,17 @@ Optional names and their defaults:
 - `ENTRY = "run"`: the target's function called with the inputs (a library's op module need not
   have a `run`);
 - `entry(target, **inputs)`: an adapter in the spec, called with the target module and the inputs
-  (overrides `ENTRY`), for an op whose API is not a function of the inputs.
+  (overrides `ENTRY`), for an op whose API is not a function of the inputs;
+- `REFERENCES = {}`: named public kernels of the same op, timed beside the target by
+  `report --measure` and `compare` (`name: "module:function"`, called with the inputs, or
+  `name: ("module", adapter)`, called as `adapter(module, **inputs)`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import keyword
 import sys
 import types
 from pathlib import Path
@@ -80,6 +84,7 @@ class Spec:
         self.entry_name = getattr(module, "ENTRY", DEFAULT_ENTRY)
         self.adapter = getattr(module, "entry", None)
         self.accepts_device = "device" in inspect.signature(module.make_inputs).parameters
+        self.references = references_of(module)
 
     def _tolerances(self, module) -> dict[str, tuple[float, float]]:
         raw = getattr(module, "TOLERANCES", None)
@@ -143,6 +148,29 @@ class Spec:
     def _sized(self, fn, shape, dtype: str):
         params = inspect.signature(fn).parameters
         return fn(tuple(shape), self.torch_dtype(dtype)) if len(params) >= 2 else fn(tuple(shape))
+
+
+def references_of(module) -> dict[str, tuple[str, str | None, Any]]:
+    """name -> (module, attribute path or None, adapter or None), from the spec's REFERENCES."""
+    raw = getattr(module, "REFERENCES", None)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SpecError("REFERENCES must be a dict {name: 'module:function' or ('module', adapter)}, "
+                        f"got {type(raw).__name__}")
+    out = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise SpecError(f"REFERENCES: the name {name!r} must be an identifier, e.g. 'liger'")
+        if isinstance(value, str) and value.count(":") == 1 and all(value.split(":")):
+            module_name, attr = value.split(":")
+            out[name] = (module_name, attr, None)
+        elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and value[0] and callable(value[1]):
+            out[name] = (value[0], None, value[1])
+        else:
+            raise SpecError(f"REFERENCES[{name!r}] must be 'module:function' or ('module', adapter) with "
+                            f"adapter(module, **inputs), got {value!r}")
+    return out
 
 
 def _list(module, name: str) -> list:

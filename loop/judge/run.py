@@ -24,6 +24,7 @@ from loop.common.errors import SpecError
 from loop.common.harness import Harness
 from loop.common.spec import Spec
 from loop.judge.bench import Bench
+from loop.judge import references
 from loop.judge.bridge import Bridge
 from loop.judge.checks import check_all
 from loop.judge.kernel_process import KernelFailure, KernelProcess, KernelSideError
@@ -37,7 +38,8 @@ def judge_job(job: dict, workdir: Path, name: str) -> dict:
     # the judge reads the spec): a candidate's code never shares a process with what it is timed against
     phases = Phases()
     kernels = {label: KernelProcess(workdir, f"{name}-{label}") for label in impls}
-    bridge = None
+    everyone = dict(kernels)  # to end, whatever leaves `kernels` on the way
+    bridge, report = None, None
     try:
         import torch
 
@@ -46,9 +48,14 @@ def judge_job(job: dict, workdir: Path, name: str) -> dict:
         for label, what in impls.items():
             kernels[label].request({"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
                                     "device": job["device"], "backend": job["backend"], **what}, label)
+        if job.get("references"):  # the spec's named public kernels, each in a process of its own
+            refs = references.start(spec, job, workdir, name, set(kernels))
+            everyone.update(refs)
+            report = references.load(refs, job)
+            kernels.update({ref: k for ref, k in refs.items() if report[ref]["status"] == "ok"})
         phases.mark("kernels_loaded")
         bridge = Bridge(torch, kernels, job["device"])
-        return {**measure(torch, spec, bridge, kernels, job, phases), "phases_s": phases.spans}
+        return {**measure(torch, spec, bridge, kernels, job, phases, report), "phases_s": phases.spans}
     except KernelFailure as failure:
         return {"status": failure.status, "failed_impl": failure.label, "message": failure.message, "detail": failure.detail}
     except KernelSideError as error:
@@ -56,7 +63,7 @@ def judge_job(job: dict, workdir: Path, name: str) -> dict:
             raise SpecError(error.message) from None
         raise RuntimeError(f"in the kernel process: {error.message}\n{error.detail}") from None
     finally:
-        for kernel in kernels.values():  # first the processes that map the shared memory, then the memory
+        for kernel in everyone.values():  # first the processes that map the shared memory, then the memory
             kernel.close()
         if bridge is not None:
             bridge.close()
@@ -94,7 +101,8 @@ class Phases:
         self.spans[name] = round(time.monotonic() - self.started, 3)
 
 
-def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, phases: Phases) -> dict:
+def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, phases: Phases,
+            report: dict | None) -> dict:
     device = job["device"]
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("the judge was asked for cuda but no CUDA device is visible")
@@ -112,9 +120,16 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
     if failed is not None:
         return {"status": "incorrect", "failed_impl": failed["label"], "message": failed["reason"], "correctness": correctness}
     result: dict = {"status": "ok", "correctness": correctness}
+    if report is not None:  # checked like the implementations; only the correct ones are timed beside them
+        references.check(harness, bridge, kernels, job, dtypes, shapes, report)
+        for ref in [r for r, entry in report.items() if entry["status"] != "ok" and r in kernels]:
+            kernels.pop(ref).close()
+        result["references"] = report
     if job.get("bench", True):
         result["timing"] = timed(torch, harness, bridge, kernels, job, dtypes)
         phases.mark("timed")
+        if report is not None:
+            references.settle(result, report)
         if (bad := _first_bad(result["timing"], job)) is not None:
             return {**result, **bad}
     result["proof"] = _proof(kernels, job)

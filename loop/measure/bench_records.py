@@ -4,7 +4,9 @@ record over the runs of one version. The accepted format is documented in docs/h
 
   latency (ms), required:  median_ms | latency_ms | ms, or timing statistics with `median` (ms);
                            a record without one may hold per-pass statistics as dict values,
-                           {'forward': {'median': ...}, 'backward': {...}}: one record per pass
+                           {'forward': {'median': ...}, 'backward': {...}}: one record per pass,
+                           and those per backend one level up, as TileGym's perf tests record
+                           them: {'cutile': {'forward': {'median': ...}}}
   identity (matching):     name, op, backend, provider, shape, dtype, pass, property
   optional metrics:        gbps, tflops
 """
@@ -30,6 +32,8 @@ LATENCY_KEYS = ("median_ms", "latency_ms", "ms")
 STATS_LATENCY_KEY = "median"  # timing statistics in ms, as TileGym's benchmark records carry them
 IDENTITY_KEYS = ("name", "op", "backend", "provider", "shape", "dtype", "pass", "property")
 METRIC_KEYS = ("gbps", "tflops")
+MAX_NESTING = 1  # {backend: {pass: stats}}: deeper dicts are not records
+NON_FINITE = {"nan": math.nan, "inf": math.inf}  # repr() of a float statistic, e.g. a std of one sample
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,9 @@ class BenchRecord:
 
     @property
     def label(self) -> str:
-        text = " ".join(f"{k}={show(v)}" for k, v in self.identity) or "record"
+        """The identity for people: `k=v` pairs, a pytest test id without its package path
+        (`Test_RMSNorm::test_perf[cutile-262144-4096]`)."""
+        text = " ".join(f"{k}={_short_test_id(v) if k == 'name' else show(v)}" for k, v in self.identity) or "record"
         return text if self.occurrence == 1 else f"{text} #{self.occurrence}"
 
     def fields(self) -> dict:
@@ -57,6 +63,14 @@ class BenchRecord:
 
 def _jsonable(value):
     return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _short_test_id(value) -> str:
+    """`pkg.tests.test_op.TestOp::test_perf[...]` as `TestOp::test_perf[...]` (junitxml's classname is dotted)."""
+    if not isinstance(value, str) or "::" not in value:
+        return show(value)
+    head, _, tail = value.partition("::")
+    return value if "[" in head else f"{head.rsplit('.', 1)[-1]}::{tail}"
 
 
 def show(value) -> str:
@@ -96,16 +110,22 @@ def _identity(obj: dict) -> dict:
     return {k: _normal(obj[k]) for k in IDENTITY_KEYS if k in obj}
 
 
-def _expand(obj: dict, context: dict) -> list[tuple[dict, dict, float]]:
-    """(identity, the dict holding the latency, latency) for a record, or per pass for nested statistics."""
+def _expand(obj: dict, context: dict, depth: int = 0) -> list[tuple[dict, dict, float]]:
+    """(identity, the dict holding the latency, latency) for a record; for nested statistics one per
+    pass (the key of the dict that holds them), and those keyed by backend one level up
+    ({backend: {pass: stats}}, the `{framework: benchmark(...)}` of TileGym's perf tests)."""
     ident = {**context, **_identity(obj)}
     latency = _latency(obj)
     if latency is not None:
         return [(ident, obj, latency)]
     out = []
     for key, value in obj.items():
-        if isinstance(value, dict) and (latency := _latency(value)) is not None:
+        if not isinstance(value, dict):
+            continue
+        if (latency := _latency(value)) is not None:
             out.append(({**ident, "pass": str(key)}, value, latency))
+        elif depth < MAX_NESTING:
+            out.extend(_expand(value, {**ident, "backend": str(key)}, depth + 1))
     return out
 
 
@@ -121,13 +141,23 @@ def _numbered(items: list[tuple[dict, dict, float]]) -> list[BenchRecord]:
 
 
 def _literal(text: str):
-    """A JSON value or a Python literal; never evaluated as code. None when it is neither."""
+    """A JSON value or a Python literal (also with the bare `nan` and `inf` that repr() writes for
+    such floats, as in a str() of a dict of statistics); never evaluated as code. None when it is
+    neither."""
     try:
         return json.loads(text)
     except ValueError:
         pass
     try:
-        return ast.literal_eval(text)
+        tree = ast.parse(text.strip(), mode="eval")
+        for node in ast.walk(tree):
+            for field, child in ast.iter_fields(node):
+                if isinstance(child, ast.Name) and child.id in NON_FINITE:
+                    setattr(node, field, ast.Constant(NON_FINITE[child.id]))
+                elif isinstance(child, list):
+                    child[:] = [ast.Constant(NON_FINITE[c.id]) if isinstance(c, ast.Name) and c.id in NON_FINITE
+                                else c for c in child]
+        return ast.literal_eval(tree.body)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 

@@ -17,8 +17,9 @@ replaced by a path under the run's sandbox) or else from lines the command print
 is and how it is parsed is `loop.measure.bench_records`'s.
 
 Failures of the harness itself (no parsable record, the incumbent failing its bench, records
-that differ between runs of the same version, files left in the working tree) raise
-ExternalHarnessError: they are not the candidate's fault.
+that differ between runs of the same version, files left in the working tree, and, at the
+baseline, commands that never imported the target from the working tree, as seen in the bytecode
+they wrote) raise ExternalHarnessError: they are not the candidate's fault.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ JUNITXML = "{junitxml}"
 DEFAULT_REPEATS = 3
 MIN_REPEATS = 2  # one paired sample per record cannot estimate noise
 RESULT_SCHEMA = "tileloop.harness/1"
+PYCACHE_DIR = "harness-pycache"  # beside the iterations' log folders: one bytecode tree per run
 MESSAGE_TAIL = 600
 
 
@@ -120,17 +122,29 @@ class CommandRun:
 
 
 def harness_env(pycache: Path) -> dict:
-    """The caller's environment, set so that a harness leaves nothing in the working tree and never
-    imports a stale bytecode copy of a target swapped within the same second: no bytecode written,
-    none read from the tree's __pycache__ (a private prefix), no pytest cache."""
+    """The caller's environment, set so that a harness leaves no bytecode or pytest cache in the
+    working tree: bytecode goes to the run's own tree of it (PYTHONPYCACHEPREFIX, kept across
+    commands, so that large packages such as torch compile once per run; also where tileloop sees
+    that the harness imported the target), and pytest's cache provider is off."""
     env = dict(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(pycache)
     env["PYTHONUNBUFFERED"] = "1"
     addopts = env.get("PYTEST_ADDOPTS", "")
     if "no:cacheprovider" not in addopts:
         env["PYTEST_ADDOPTS"] = (addopts + " -p no:cacheprovider").strip()
     return env
+
+
+def target_bytecode(pycache: Path, root: Path, target: str) -> list[Path]:
+    """The bytecode that a harness's Python wrote for the target under `pycache` (any interpreter
+    version, optimization level or pytest rewrite), by the tree's path as given and as resolved."""
+    rel = Path(target)
+    found: set[Path] = set()
+    for base in {root.absolute(), root.resolve()}:
+        folder = pycache / str(base / rel.parent).lstrip(os.sep)
+        found.update(folder.glob(f"{rel.stem}.*.pyc"))
+    return sorted(found)
 
 
 def run_command(cmd: str, cwd: Path, log_path: Path, timeout_s: float, env: dict) -> CommandRun:
@@ -173,6 +187,36 @@ def not_run_results(reason: str) -> dict[str, BackendResult]:
     return {BACKEND: BackendResult(BACKEND, True, "not_run", reason, timing_label=TIMING_LABEL)}
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """Where one measurement runs: the repository, its target, the iteration's log folder, the
+    harness's environment and the run's bytecode tree (shared by every iteration of the run)."""
+
+    root: Path
+    target: str
+    workdir: Path
+    pycache: Path
+    env: dict
+    timeout_s: float
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.target
+
+    @property
+    def rel_dir(self) -> str:
+        return str(self.workdir.relative_to(self.root))
+
+    def run(self, cmd: str, name: str) -> tuple[CommandRun, bool]:
+        """Run a command on whatever the target holds now; (the run, whether it imported the target).
+        The target's bytecode is dropped first: a version swapped in within the same second as the
+        last one, at the same size, is never run from the other's bytecode."""
+        for stale in target_bytecode(self.pycache, self.root, self.target):
+            stale.unlink(missing_ok=True)
+        run = run_command(cmd, self.root, self.workdir / f"{name}.log", self.timeout_s, self.env)
+        return run, bool(target_bytecode(self.pycache, self.root, self.target))
+
+
 def measure(*, root: Path, target: str, harness: Harness, workdir: Path, incumbent_src: str | None,
             candidate_src: str, timeout_s: float, allowed_untracked: set[str],
             on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, BackendResult], dict[str, dict]]:
@@ -181,10 +225,11 @@ def measure(*, root: Path, target: str, harness: Harness, workdir: Path, incumbe
     Returns ({BACKEND: result}, {BACKEND: raw}) where raw["timing"]["shapes"] has the layout
     `loop.decide.comparisons` reads. The target holds `candidate_src` when this returns or raises."""
     workdir.mkdir(parents=True, exist_ok=True)
-    path = root / target
+    pycache = workdir.parent / PYCACHE_DIR
+    tree = _Tree(root, target, workdir, pycache, harness_env(pycache), timeout_s)
+    path = tree.path
     try:
-        results, raw = _measure(root, path, harness, workdir, incumbent_src, candidate_src, timeout_s,
-                                on_stage or (lambda _what: None))
+        results, raw = _measure(tree, harness, incumbent_src, candidate_src, on_stage or (lambda _what: None))
     finally:
         if not path.exists() or path.read_text() != candidate_src:
             _put_source(path, candidate_src)
@@ -198,11 +243,10 @@ def measure(*, root: Path, target: str, harness: Harness, workdir: Path, incumbe
     return {BACKEND: results}, {BACKEND: raw}
 
 
-def _measure(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_src: str | None, candidate_src: str,
-             timeout_s: float, on_stage: Callable[[str], None]) -> tuple[BackendResult, dict]:
+def _measure(tree: _Tree, harness: Harness, incumbent_src: str | None, candidate_src: str,
+             on_stage: Callable[[str], None]) -> tuple[BackendResult, dict]:
     label = "candidate" if incumbent_src is not None else "baseline"
-    rel_dir = str(workdir.relative_to(root))
-    env = harness_env(workdir / "pycache")
+    rel_dir = tree.rel_dir
     raw: dict = {"schema": RESULT_SCHEMA, "status": "ok", "harness": harness.to_json(), "runs": []}
 
     def failed(status: str, message: str) -> tuple[BackendResult, dict]:
@@ -211,18 +255,25 @@ def _measure(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_
                              worker_dir=rel_dir), raw
 
     on_stage("test")
-    if path.read_text() != candidate_src:
-        _put_source(path, candidate_src)
-    test = run_command(harness.test_cmd, root, workdir / "test.log", timeout_s, env)
-    raw["runs"].append({"command": "test", "side": label, **test.to_json()})
+    if tree.path.read_text() != candidate_src:
+        _put_source(tree.path, candidate_src)
+    test, imported = tree.run(harness.test_cmd, "test")
+    raw["runs"].append({"command": "test", "side": label, **test.to_json(), "imported_target": imported})
     if test.status == "timeout":
-        return failed("timeout", f"the test command ran past {timeout_s:.0f}s and was killed (log: {rel_dir}/test.log)")
+        return failed("timeout", f"the test command ran past {tree.timeout_s:.0f}s and was killed (log: {rel_dir}/test.log)")
     if test.status == "failed":
         return failed("incorrect", f"the test command exited with code {test.returncode} (log: {rel_dir}/test.log): "
                                    f"...{test.tail()}")
-    runs = _bench(root, path, harness, workdir, incumbent_src, candidate_src, timeout_s, on_stage, env, raw)
+    runs = _bench(tree, harness, incumbent_src, candidate_src, on_stage, raw)
     if isinstance(runs, tuple):  # the candidate's bench failed
         return failed(*runs)
+    if incumbent_src is None and not any(r.get("imported_target") for r in raw["runs"]):
+        raise ExternalHarnessError(
+            f"neither the test command nor the bench command imported {tree.target} from this working tree "
+            f"(logs: {rel_dir}/): they run another copy, so no change to the target would reach them",
+            hint="put the tree first on their import path (e.g. PYTHONPATH=src for a src/ layout, or pip install -e .); "
+                 "a command that imports it without writing bytecode (python -B, PYTHONDONTWRITEBYTECODE) cannot "
+                 "be told apart: drop that; see docs/harness.md")
     reference = _check_records(runs, label, incumbent_src is not None)
     if isinstance(reference, tuple):
         return failed(*reference)
@@ -232,27 +283,25 @@ def _measure(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_
                          "PASS", TIMING_LABEL, None, entries, rel_dir), raw
 
 
-def _bench(root: Path, path: Path, harness: Harness, workdir: Path, incumbent_src: str | None, candidate_src: str,
-           timeout_s: float, on_stage: Callable[[str], None], env: dict, raw: dict):
+def _bench(tree: _Tree, harness: Harness, incumbent_src: str | None, candidate_src: str,
+           on_stage: Callable[[str], None], raw: dict):
     """The bench command's rounds, incumbent and candidate interleaved: the records of each run per side,
     or (status, message) when the candidate's bench failed. A failure on the incumbent, or a run
     without records, is the harness's (ExternalHarnessError)."""
     label = "candidate" if incumbent_src is not None else "baseline"
-    rel_dir = str(workdir.relative_to(root))
     order = schedule(harness.bench_repeats, incumbent_src is not None)
     runs: dict[str, list[list[BenchRecord]]] = {"incumbent": [], label: []}
     for i, side in enumerate(order, 1):
         on_stage(f"bench {i}/{len(order)} ({side})")
-        _put_source(path, incumbent_src if side == "incumbent" else candidate_src)
+        _put_source(tree.path, incumbent_src if side == "incumbent" else candidate_src)
         name = f"bench-{i:02d}-{side}"
-        xml = workdir / f"{name}.xml"
+        xml = tree.workdir / f"{name}.xml"
         xml.unlink(missing_ok=True)
-        run = run_command(harness.bench_cmd.replace(JUNITXML, shlex.quote(str(xml))), root, workdir / f"{name}.log",
-                          timeout_s, env)
-        raw["runs"].append({"command": "bench", "side": side, **run.to_json()})
-        where = f"log: {rel_dir}/{name}.log"
+        run, imported = tree.run(harness.bench_cmd.replace(JUNITXML, shlex.quote(str(xml))), name)
+        raw["runs"].append({"command": "bench", "side": side, **run.to_json(), "imported_target": imported})
+        where = f"log: {tree.rel_dir}/{name}.log"
         if run.status != "ok":
-            what = f"ran past {timeout_s:.0f}s and was killed" if run.status == "timeout" else f"exited with code {run.returncode}"
+            what = f"ran past {tree.timeout_s:.0f}s and was killed" if run.status == "timeout" else f"exited with code {run.returncode}"
             if side == "incumbent":
                 raise ExternalHarnessError(f"the bench command {what} on the incumbent (the best version so far), "
                                            f"run {i}/{len(order)} ({where}): ...{run.tail()}",
@@ -274,10 +323,14 @@ def _records_of(run: CommandRun, harness: Harness, xml: Path, which: str, where:
         records = parse_printed(run.log.read_text(errors="replace"))
     if not records:
         source = f"junitxml {xml.name}" if JUNITXML in harness.bench_cmd else "output"
+        hint = ("each record is a dict with a latency in ms (median_ms, latency_ms, ms, or median): printed one "
+                "per line (pytest -s), or recorded with record_property and --junitxml={junitxml}; see docs/harness.md")
+        if JUNITXML not in harness.bench_cmd and "pytest" in harness.bench_cmd:
+            hint = ("pytest keeps what tests record with record_property out of its output (TileGym's perf tests "
+                    "record there): add -o junit_family=xunit1 --junitxml={junitxml} to --bench-cmd; see docs/harness.md")
         raise ExternalHarnessError(
             f"the bench command emitted no parsable record in its {source} ({which}, {where}); output tail: ...{run.tail()}",
-            hint="each record is a dict with a latency in ms (median_ms, latency_ms, ms, or median): printed one "
-                 "per line (pytest -s), or recorded with record_property and --junitxml={junitxml}; see docs/harness.md")
+            hint=hint)
     return records
 
 

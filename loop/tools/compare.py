@@ -1,9 +1,12 @@
 """`tileloop compare kernels/<op>`: every implementation in every available backend, plus PyTorch
-eager and torch.compile, per benchmark shape, in one table per shape.
+eager, torch.compile and the spec's named reference kernels (`REFERENCES`, see
+`loop.worker.providers`), per benchmark shape, in one table per shape.
 
 Each backend runs in its own worker (its own environment, e.g. ENABLE_TILE); inside a worker the
-implementations are timed interleaved on the same inputs. An unavailable backend is a row that
-says so, with its reason, never a number from another backend."""
+implementations are timed interleaved on the same inputs. PyTorch and the references are timed in
+the first backend's worker that measures. An unavailable backend, or a reference that is
+unavailable or incorrect, is a row that says so, with its reason, never a number from another
+backend or implementation."""
 
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
             continue
         for backend in backend_registry.for_language(lang, device):
             jobs.append((backend, mine))
-    rows, torch_done, verified = [], False, []
+    rows, torch_done, refs_done, verified = [], False, False, []
     for backend, mine in jobs:
         av = backend_registry.availability(backend, probe, device)
         if not av.available:
@@ -57,7 +60,8 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
         log(f"compare: {backend.name}: {', '.join(l for l, _ in mine + [(p, None) for p in providers])}")
         job = {"spec": str(spec_path), "target_dir": str(op_dir), "device": device, "backend": backend.name,
                "impls": [{"label": label, "path": str(path)} for label, path in mine], "torch_providers": providers,
-               "check": [label for label, _ in mine], "seed": 1234, "bench": True, "check_benchmark_shapes": full_check}
+               "check": [label for label, _ in mine], "seed": 1234, "bench": True, "check_benchmark_shapes": full_check,
+               "references": not refs_done}
         raw = run_worker(workdir, job, backend, settings, workdir / "cache" / backend.name, name=f"compare-{backend.name}")
         if raw.get("status") in ("spec_error", "harness_error"):
             raise HarnessFailure(f"compare {backend.name}: {raw['status']}: {raw.get('message')}")
@@ -66,6 +70,12 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
                 rows.append({"implementation": label, "backend": backend.name,
                              "status": f"{raw['status']}: {raw.get('message', '')}"[:300]})
             continue
+        refs = raw.get("references") or {}
+        refs_done = refs_done or "references" in raw
+        for name, ref in refs.items():
+            if ref["status"] != "ok":
+                rows.append({"implementation": name, "backend": f"reference: {ref['source']}",
+                             "status": f"{ref['status']}: {ref['reason']}"[:300], "reference": True})
         checks = raw.get("correctness", {}).get("checks", [])
         for label, _ in mine:
             mine_checks = [c for c in checks if c["label"] == label]
@@ -77,14 +87,23 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
         proof = raw.get("proof") or {}
         for s in raw["timing"]["shapes"]:
             for label, st in s["impls"].items():
-                ran = backend.name if label in dict(mine) else ("torch.compile" if label == "torch_compile" else "torch eager")
-                if label in dict(mine) and not proof.get("ok"):
-                    ran = f"{backend.name} (proof failed: {proof.get('detail', '')[:80]})"
                 rows.append({"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "implementation": label,
-                             "backend": ran, "status": "ok", "time_ms": st["median_ms"], "rel_std": st["rel_std"],
+                             "backend": _ran(label, backend.name, dict(mine), proof, refs), "status": "ok",
+                             "time_ms": st["median_ms"], "rel_std": st["rel_std"],
                              "gbps": st.get("gbps"), "tflops": st.get("tflops"), "frac_clone_bw": st.get("frac_clone_bw"),
-                             "clone_gbps": (s.get("clone") or {}).get("gbps"), "method": s["method"]})
+                             "clone_gbps": (s.get("clone") or {}).get("gbps"), "method": s["method"],
+                             "reference": label in refs})
     return {"op": op_dir.name, "device": probe.get("gpu") or "cpu", "rows": rows, "verified": verified, "full_check": full_check}
+
+
+def _ran(label: str, backend: str, mine: dict, proof: dict, refs: dict) -> str:
+    """What ran a timed label: the backend (an implementation of the op folder, its proof if it
+    failed), PyTorch, or a reference (its source, in this backend's worker environment)."""
+    if label in refs:
+        return f"reference: {refs[label]['source']} ({backend} worker)"
+    if label not in mine:
+        return "torch.compile" if label == "torch_compile" else "torch eager"
+    return backend if proof.get("ok") else f"{backend} (proof failed: {proof.get('detail', '')[:80]})"
 
 
 def render(result: dict) -> str:
@@ -93,7 +112,8 @@ def render(result: dict) -> str:
              "Time is the median over interleaved samples in one worker per backend; GB/s counts the spec's "
              "bytes_moved; 'vs clone' is the fraction of a same-run device copy's bandwidth for the same traffic; "
              "'vs torch eager' is the eager time over this time (for matmul: the fraction of torch.matmul's rate); "
-             "speedup is against Triton/PTX at the same shape.", ""]
+             "speedup is against Triton/PTX at the same shape; 'vs best reference' is the fastest reference's "
+             "time over this time (above 1: faster than every public kernel named in the spec).", ""]
     down = [r for r in rows if r["status"] != "ok"]
     shapes = []
     for r in rows:
@@ -103,12 +123,14 @@ def render(result: dict) -> str:
         here = [r for r in rows if r.get("shape") == shape and r["status"] == "ok"]
         base = next((r["time_ms"] for r in here if r["backend"] == "ptx"), None)
         eager = next((r["time_ms"] for r in here if r["implementation"] == "torch_eager"), None)
+        best_ref = min((r["time_ms"] for r in here if r.get("reference")), default=None)
         table = []
         for r in here:
             table.append({"Implementation": r["implementation"], "Backend": r["backend"], "Time (ms)": f"{r['time_ms']:.6f}",
                           "GB/s": f"{r['gbps']:.0f}" if r.get("gbps") else "", "TFLOP/s": f"{r['tflops']:.2f}" if r.get("tflops") else "",
                           "vs clone": f"{r['frac_clone_bw']:.2f}" if r.get("frac_clone_bw") else "",
                           "vs torch eager": f"{eager / r['time_ms']:.2f}" if eager else "",
+                          "vs best reference": f"{best_ref / r['time_ms']:.2f}" if best_ref else "",
                           "Speedup": f"{base / r['time_ms']:.2f}x" if base else ""})
         for r in down:
             table.append({"Implementation": r["implementation"], "Backend": r["backend"], "Time (ms)": r["status"]})

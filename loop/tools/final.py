@@ -1,20 +1,26 @@
-"""`tileloop report --measure`: the best version against PyTorch eager and torch.compile, timed in
-one worker on the run's target backend (the same timing as an iteration's, with the same-run copy
-bandwidth)."""
+"""`tileloop report --measure`: the best version against PyTorch eager, torch.compile and the spec's
+named reference kernels (`REFERENCES`, see `loop.worker.providers`), timed in one worker on the
+run's target backend (the same timing as an iteration's, with the same-run copy bandwidth)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from loop import backends as backend_registry
-from loop.common.errors import HarnessFailure
+from loop.common.errors import HarnessFailure, UserError
 from loop.measure.launch import run_worker
 from loop.records import gitops
 
+TORCH = [("torch_eager", "torch eager (ms)", "vs eager"), ("torch_compile", "torch.compile (ms)", "vs torch.compile")]
+
 
 def measure_final(exp, settings) -> dict:
-    """Best version vs PyTorch eager and torch.compile, one worker on the target backend."""
+    """Best version vs PyTorch eager, torch.compile and the references, one worker on the target backend."""
     st = exp.state
+    if st.harness:
+        raise UserError("report --measure times the best version on a spec's inputs; this run was driven by "
+                        "--test-cmd/--bench-cmd and has no spec.py",
+                        hint="its bench command's records are the measurement: tileloop report (without --measure)")
     workdir = exp.dir / "logs" / "report"
     workdir.mkdir(parents=True, exist_ok=True)
     best = workdir / f"{Path(st.target).stem}__best.py"
@@ -22,16 +28,30 @@ def measure_final(exp, settings) -> dict:
     job = {"spec": str(exp.root / st.spec), "target_dir": str((exp.root / st.target).parent), "device": st.device,
            "backend": st.target_backend, "impls": [{"label": "best", "path": str(best)}],
            "torch_providers": ["torch_eager", "torch_compile"], "check": ["best", "torch_eager", "torch_compile"],
-           "seed": st.seed + 99991, "bench": True}
+           "references": True, "seed": st.seed + 99991, "bench": True}
     raw = run_worker(workdir, job, backend_registry.get(st.target_backend), settings, exp.dir / "triton-cache" / "report", name="final")
     if raw.get("status") != "ok":
         raise HarnessFailure(f"final measurement failed: {raw.get('status')}: {raw.get('message')}")
+    return final_rows(raw)
+
+
+def final_rows(raw: dict) -> dict:
+    """The table of a final measurement: per shape, the best version's time against PyTorch eager,
+    torch.compile and each reference (its time, or why it has none: `unavailable: ...`,
+    `incorrect: ...`); `vs X` is X's time over the best version's (above 1: the best is faster)."""
+    refs = raw.get("references") or {}
     rows = []
     for s in raw["timing"]["shapes"]:
         im = s["impls"]
-        b, e, c = im["best"]["median_ms"], im["torch_eager"]["median_ms"], im["torch_compile"]["median_ms"]
-        rows.append({"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "best (ms)": f"{b:.6f}",
-                     "torch eager (ms)": f"{e:.6f}", "torch.compile (ms)": f"{c:.6f}", "vs eager": f"{e / b:.2f}x",
-                     "vs torch.compile": f"{c / b:.2f}x",
-                     "best, fraction of clone bandwidth": f"{im['best']['frac_clone_bw']:.2f}" if im["best"].get("frac_clone_bw") else "n/a"})
-    return {"rows": rows}
+        b = im["best"]["median_ms"]
+        row = {"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "best (ms)": f"{b:.6f}"}
+        times = {label: im.get(label, {}).get("median_ms") for label, _, _ in TORCH}
+        row.update({column: f"{times[label]:.6f}" if times[label] else "not timed" for label, column, _ in TORCH})
+        row.update({vs: f"{times[label] / b:.2f}x" if times[label] else "n/a" for label, _, vs in TORCH})
+        for name, ref in refs.items():
+            t = im.get(name, {}).get("median_ms") if ref["status"] == "ok" else None
+            row[f"{name} (ms)"] = f"{t:.6f}" if t else f"{ref['status']}: {ref['reason']}"[:160]
+            row[f"vs {name}"] = f"{t / b:.2f}x" if t else "n/a"
+        row["best, fraction of clone bandwidth"] = f"{im['best']['frac_clone_bw']:.2f}" if im["best"].get("frac_clone_bw") else "n/a"
+        rows.append(row)
+    return {"rows": rows, "references": refs}

@@ -38,6 +38,7 @@ from loop.worker.bench import tuned_configs
 from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module, short_traceback
 from loop.worker.launches import LaunchRecorder
 from loop.worker.sampler import Sampler
+from loop.worker.providers import load_reference
 from loop.worker.proof import backend_proof, pin_autotune_to_first_config, watch_cutile_compiles
 from loop.worker.tamper import check_tamper, timer_identities
 
@@ -83,8 +84,14 @@ class KernelSide:
             self.modules[label] = call_impl(label, "import", load_module, f"tileloop_impl_{label}", Path(impl["path"]))
         for provider in msg.get("torch_providers", []):
             self.modules[provider] = torch_provider(torch, self.spec, provider)
+        answer: dict = {}
+        if msg.get("reference"):  # a named public kernel of the spec's REFERENCES
+            stand_in, source, why = load_reference(self.spec, msg["reference"])
+            answer.update(source=source, unavailable=why)
+            if stand_in is not None:
+                self.modules[msg["reference"]] = stand_in
         check_tamper(torch, self.watch, "import")
-        return {"labels": list(self.modules)}
+        return {"labels": list(self.modules), **answer}
 
     def arena(self, msg: dict) -> dict:
         if msg.get("drop"):
