@@ -64,7 +64,7 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
     out: dict = {"target": str(target), "device": device, "archs": archs, "problems": [], "warnings": [],
                  "kernels": [], "launched": []}
     try:
-        kernel = load_kernel(path, root)
+        kernel = load_kernel(path, root, names=False)  # the worker names every missing name, with the rest
     except UserError as exc:
         out["problems"].append(problem(exc.message, "", exc.hint or ""))
         return _done(out)
@@ -108,6 +108,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None
                                        str(kernel.target), tail[-1][:300] if tail else ""))
         return
     out["problems"] += grouped(raw["problems"])
+    out["warnings"] += raw.get("warnings", [])
     out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
     unreached = [k for k in out["kernels"] if k not in out["launched"]]
     if unreached and job["run_kernels"] and not raw["problems"]:

@@ -145,8 +145,10 @@ def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:
         raise UserError(f"target {target} is outside the repository {repo_root}") from None
 
 
-def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
-    """Validate the target and its spec; raise UserError with a one-line reason otherwise."""
+def load_kernel(target: str | Path, repo_root: Path, names: bool = True) -> Kernel:
+    """Validate the target and its spec; raise UserError with a one-line reason otherwise. With
+    `names` False, a spec missing required names or an entry point the target lacks passes here
+    (`tileloop check` names them, with every other problem, from the worker)."""
     path, rel = resolve_target(target, repo_root)
     tree = _parse(path, "target")
     language = detect_language(tree)
@@ -160,10 +162,10 @@ def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
         raise UserError(f"no spec.py beside the target {rel}", hint="the spec holds inputs, reference and shapes")
     spec_tree = _parse(spec, "spec")
     missing = [name for name in SPEC_REQUIRED if name not in _top_level_names(spec_tree)]
-    if missing:
+    if missing and names:
         raise UserError(f"spec {spec.relative_to(repo_root)} is missing required name(s): {', '.join(missing)}")
     entry = spec_entry(spec_tree)
-    if entry is not None and entry not in _top_level_names(tree):
+    if names and entry is not None and entry not in _top_level_names(tree):
         raise UserError(f"target {rel} has no top-level {entry}(**inputs)" + (" launch wrapper" if entry == "run" else ""),
                         hint="name the target's entry point in the spec: ENTRY = '<function>', or an adapter "
                              "entry(target, **inputs)" if entry == "run" else f"ENTRY in the spec names {entry!r}")
