@@ -91,7 +91,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def spec_dtypes(spec_path: Path) -> list[str] | None:
-    """The spec's DTYPES when it is a literal list of known dtypes, as names or `torch.<name>` (read
+    """The spec's DTYPES when it is a literal list of known dtypes (or one alone), as names or `torch.<name>` (read
     from the source, the spec is not imported here); None otherwise (a computed DTYPES is read by
     the worker)."""
     try:
@@ -100,9 +100,10 @@ def spec_dtypes(spec_path: Path) -> list[str] | None:
         return None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
-            if not isinstance(node.value, (ast.List, ast.Tuple)) or not node.value.elts:
+            elts = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            if not elts:
                 return None
-            names = [_dtype_literal(e) for e in node.value.elts]
+            names = [_dtype_literal(e) for e in elts]
             return names if all(n in KNOWN_DTYPES for n in names) else None
     return None
 
