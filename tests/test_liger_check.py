@@ -214,3 +214,23 @@ def test_each_spec_holds_against_liger_own_kernels_on_the_cpu(liger, tmp_path, m
                     "    return tuple(o * 1.05 for o in out) if isinstance(out, tuple) else out * 1.05\n")
     code, out = check(capsys, f"ops/{op}.py")
     assert code == 2 and all("outputs do not match the reference" in p["what"] for p in out["problems"])
+
+
+@pytest.mark.slow
+def test_what_the_interpreter_cannot_run_is_still_built_for_the_gpu(liger, tmp_path, monkeypatch, capsys):
+    """The interpreter's limit is no reason to skip the ahead-of-time build: it is the CPU's only proof
+    that such a kernel compiles. A target that does not build is named too."""
+    repo = liger_op_repo(tmp_path / "user", liger, "rms_norm")
+    monkeypatch.chdir(repo)
+    code = main(["check", "ops/rms_norm.py", "--device", "cpu", "--archs", "sm_90", "--json"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert "building ops/rms_norm.py ahead of time for sm_90" in captured.err
+    assert code == 2 and len(out["problems"]) == 1 and "interpreter cannot run" in out["problems"][0]["what"]
+
+    target = repo / "ops" / "rms_norm.py"  # a kernel that cannot compile: the build says so, beside the limit
+    target.write_text(target.read_text().replace("mean_square = tl.sum(X_row * X_row, axis=0) / n_cols",
+                                                 "mean_square = tl.sum(X_row * X_row, axis=0) / n_cols + undefined_name", 1))
+    code = main(["check", "ops/rms_norm.py", "--device", "cpu", "--archs", "sm_90", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and any("does not compile for sm_90" in p["what"] for p in out["problems"]), out["problems"]

@@ -70,8 +70,8 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
         return _done(out)
     out.update(target=str(kernel.target), spec=str(kernel.spec), language=kernel.language)
     log(f"checking {kernel.target} with {kernel.spec} ({device})")
-    _dynamic(kernel, device, settings, out)
-    if archs and not out["problems"]:
+    interpreter_only = _dynamic(kernel, device, settings, out)
+    if archs and (not out["problems"] or interpreter_only):  # what the interpreter cannot run, a GPU compiler may
         log(f"building {kernel.target} ahead of time for {', '.join(archs)}")
         _build(kernel, archs, settings, out)
     return _done(out)
@@ -88,8 +88,8 @@ def _backend(kernel: Kernel, device: str) -> str:
     return "interpreter" if device == "cpu" else "ptx"
 
 
-def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None:
-    """The check job, in a worker."""
+def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool:
+    """The check job, in a worker; True when its only problem is what the Triton interpreter cannot run."""
     backend = _backend(kernel, device)
     job = {"mode": "check", "spec": str(kernel.spec_abs), "target": str(kernel.target_abs),
            "target_dir": str(kernel.target_abs.parent), "language": kernel.language, "backend": backend,
@@ -106,7 +106,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None
         tail = (raw.get("log_tail") or "").strip().splitlines()
         out["problems"].append(problem(f"the check worker failed: {raw.get('status')}: {raw.get('message')}",
                                        str(kernel.target), tail[-1][:300] if tail else ""))
-        return
+        return False
     out["problems"] += grouped(raw["problems"])
     out["warnings"] += raw.get("warnings", [])
     out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
@@ -115,6 +115,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None
         out["warnings"].append(problem(f"no checked shape launches {', '.join(unreached)}", str(kernel.target),
                                        "a change to it cannot be checked: add a shape that reaches it, or it is not "
                                        "part of this entry point"))
+    return bool(raw["problems"]) and bool(raw.get("interpreter_only"))
 
 
 def _build(kernel: Kernel, archs: list[str], settings: Settings, out: dict) -> None:

@@ -72,14 +72,16 @@ def check_job(job: dict) -> dict:
     spec = Spec(torch, module)
     recorder = LaunchRecorder(target, job["language"])
     with recorder:
-        problems += one_interpreter_limit(_run_checks(torch, spec, target, spec.entry(target), device, job, spec_lines,
-                                                      target_lines))
+        problems += _run_checks(torch, spec, target, spec.entry(target), device, job, spec_lines, target_lines)
     problems += _sized(spec, spec_lines)
+    interpreter_only = bool(problems) and all("limit" in p for p in problems)
+    problems = one_interpreter_limit(problems)
     if not any(d != "bfloat16" or device != "cpu" for d in spec.dtypes):
         problems.append(problem("nothing was checked: the Triton interpreter runs float16 and float32, and DTYPES "
                                 "holds bfloat16 only", spec_lines.of("DTYPES"),
                                 "add torch.float16 to DTYPES to check on the CPU, or check on a GPU"))
-    return {"status": "ok", "problems": problems, "warnings": warnings, "launched": sorted(recorder.launched),
+    return {"status": "ok", "problems": problems, "warnings": warnings, "interpreter_only": interpreter_only,
+            "launched": sorted(recorder.launched),
             "kernels": recorder.kernels, "called": sorted(recorder.called)}
 
 
