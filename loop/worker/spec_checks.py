@@ -18,6 +18,17 @@ REQUIRED = ("make_inputs", "reference", "CORRECTNESS_SHAPES", "BENCHMARK_SHAPES"
             "bytes_moved")
 CALLABLE = ("make_inputs", "reference", "flops", "bytes_moved")
 INPUTS_HINT = "make_inputs and reference must work at every correctness shape and dtype"
+MISSING_HINTS = {
+    "make_inputs": "def make_inputs(shape, dtype, seed): return {name: tensor} (random, never zeros)",
+    "reference": "def reference(<the inputs by name>): the op in PyTorch, returning what the entry point returns",
+    "CORRECTNESS_SHAPES": "CORRECTNESS_SHAPES = [(1, 7), (5, 33), (37, 1000)]: small and odd sizes",
+    "BENCHMARK_SHAPES": "BENCHMARK_SHAPES = [(4096, 4096)]: the shapes that matter for speed",
+    "DTYPES": "DTYPES = [torch.float16, torch.bfloat16]",
+    "TOLERANCES": "TOLERANCES = {torch.float16: (1e-3, 1e-3)}: (atol, rtol) per dtype",
+    "flops": "def flops(shape, dtype): floating-point operations of one call",
+    "bytes_moved": "def bytes_moved(shape, dtype): bytes one call reads and writes",
+}
+DTYPE_HINT = "a dtype torch knows: torch.float16, torch.bfloat16, torch.float32 (or its name, 'float16')"
 
 
 def problem(what: str, where: str = "", hint: str = "") -> dict:
@@ -72,8 +83,8 @@ def good_dtypes(torch, module) -> list[str]:
 
 def spec_problems(torch, module, lines: Lines) -> list[dict]:
     """Every missing or malformed name of the spec, each on its own, and every value left as `...`."""
-    out = [problem(f"the spec has no {name}", lines.shown, "see the spec contract in README.md (tileloop spec writes "
-                   "a skeleton)") for name in REQUIRED if not hasattr(module, name)]
+    out = [problem(f"the spec has no {name}", lines.shown, MISSING_HINTS[name]) for name in REQUIRED
+           if not hasattr(module, name)]
     out += [problem(f"{name} is not a function", lines.of(name), f"def {name}(...)") for name in CALLABLE
             if hasattr(module, name) and not callable(getattr(module, name))]
     raw = getattr(module, "DTYPES", None)
@@ -83,7 +94,7 @@ def spec_problems(torch, module, lines: Lines) -> list[dict]:
         try:
             dtype_name(torch, d, f"DTYPES[{i}]")
         except SpecError as exc:
-            out.append(problem(str(exc), lines.of("DTYPES"), "torch.float16 or 'float16'"))
+            out.append(problem(str(exc), lines.of("DTYPES"), DTYPE_HINT))
     out += _tolerance_problems(torch, module, lines)
     for name in ("CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "INTERPRETER_SHAPES"):
         if getattr(module, name, None) is not None:
