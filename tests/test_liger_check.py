@@ -234,3 +234,18 @@ def test_what_the_interpreter_cannot_run_is_still_built_for_the_gpu(liger, tmp_p
     code = main(["check", "ops/rms_norm.py", "--device", "cpu", "--archs", "sm_90", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and any("does not compile for sm_90" in p["what"] for p in out["problems"]), out["problems"]
+
+
+@pytest.mark.slow
+def test_a_reference_failing_at_a_shape_does_not_hide_the_kernel_there(liger, tmp_path, monkeypatch, capsys):
+    text = (SPECS / "liger" / "rms_norm.py").read_text().replace(
+        "    rstd = torch.rsqrt(", "    if X.shape == (5, 33):\n        raise ValueError('not yet at this shape')\n"
+                                  "    rstd = torch.rsqrt(")
+    repo = liger_op_repo(tmp_path / "user", liger, "rms_norm", text)
+    monkeypatch.chdir(repo)
+    code, out = check(capsys, "ops/rms_norm.py")
+    assert code == 2 and len(out["problems"]) == 2, out["problems"]
+    failing, limit = sorted(out["problems"], key=lambda p: "interpreter" in p["what"])
+    assert failing["what"] == "ValueError: not yet at this shape (at shape (5, 33) float16)"
+    assert failing["where"] == f"ops/spec.py:{line_of(repo / 'ops' / 'spec.py', 'raise ValueError')}"
+    assert "(5, 33) float16" in limit["what"] and "5 shape/dtype pairs" in limit["what"]  # the kernel was tried there too
