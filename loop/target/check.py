@@ -1,10 +1,12 @@
 """`tileloop check <target>`: the target and its spec validated without starting a run, every
 problem listed at once, each with where it is (file:line where one is known) and a fix.
 
-Three passes: the contract read from the source (`contract.load_kernel`: the files, the required
-names, the entry point); the check job in a worker (`loop.worker.check_job`: the spec's names and
-values, make_inputs, the reference and the kernel at every correctness shape and dtype, every
-output, flops and bytes_moved); and, with `archs`, the ahead-of-time build for each architecture.
+Three passes: the contract read from the source (`contract.load_kernel`: the files, the language;
+missing names and a missing entry point are left to the worker, which names them with the rest); the
+check job in a worker (`loop.worker.check_job`: the spec's names and values, make_inputs, the
+reference and the kernel at every correctness shape and dtype, every output, flops and bytes_moved);
+and, with `archs`, the ahead-of-time build for each architecture (also when the only problem is a
+construct the Triton interpreter cannot run: the build is then the CPU's proof that it compiles).
 A kernel of the target that no checked shape launches is a warning: a change to it could not be
 seen by the correctness checks. `tileloop init` runs the same checks (without the build, which its
 baseline makes) and refuses to start on any problem.
