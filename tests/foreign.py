@@ -62,3 +62,38 @@ def user_repo(root: Path, files: dict[str, str | Path]) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "a user's kernel and its spec")
     return root
+
+
+SPECS = Path(__file__).parent / "specs"
+
+
+def liger_op_repo(root: Path, liger: Path, op: str, spec: str | Path | None = None, *,
+                  runnable_on_the_cpu: bool = False) -> Path:
+    """A user's repository holding Liger-Kernel's op module `ops/<op>.py`, as installed (`liger` is the
+    installed `liger_kernel` folder), and a spec beside it: by default this project's
+    `tests/specs/liger/<op>.py`. With `runnable_on_the_cpu`, the module is rewritten at test time
+    (`interpreter_runnable`) so that the Triton interpreter runs it: the specs are then checked against
+    Liger's own kernels on the CPU. The op modules import `liger_kernel.ops.utils`: put
+    `liger.parent` on PYTHONPATH (`liger_env`)."""
+    source = (liger / "ops" / f"{op}.py").read_text()
+    if runnable_on_the_cpu:
+        source = interpreter_runnable(source)
+    spec = SPECS / "liger" / f"{op}.py" if spec is None else spec
+    return user_repo(root, {f"ops/{op}.py": source, "ops/spec.py": spec.read_text() if isinstance(spec, Path) else spec})
+
+
+def interpreter_runnable(source: str) -> str:
+    """A Triton module with the two constructs of Liger's kernels that the Triton interpreter cannot
+    run replaced by their equivalents there: `.to()` on a scalar argument (a Python number under the
+    interpreter; the cast is dropped) and libdevice's `rsqrt` (`tl.rsqrt`). Test-time only: the GPU
+    runs the module unchanged."""
+    import re
+
+    source = re.sub(r"\b(eps|offset|gate_multiplier)\.to\([^()]*\)", r"\1", source)
+    return re.sub(r"(?<![\w.])rsqrt\(", "tl.rsqrt(", source)
+
+
+def liger_env(monkeypatch, liger: Path) -> None:
+    """The worker (which inherits the environment) finds `liger_kernel`, as a user's PYTHONPATH gives it."""
+    monkeypatch.setenv("PYTHONPATH", str(liger.parent) + (os.pathsep + os.environ["PYTHONPATH"]
+                                                           if os.environ.get("PYTHONPATH") else ""))

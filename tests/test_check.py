@@ -219,5 +219,12 @@ def norm_kernel(y_ptr, x_ptr, eps, BLOCK: tl.constexpr):
 '''
     assert interpreter_limits(source, "InterpreterError: AttributeError(\"'float' object has no attribute 'to'\")") == (
         "`eps.to(...)` on a scalar argument (a Python number there)", 9)
-    assert interpreter_limits(source, "InterpreterError: NotImplementedError('libdevice')") == ("libdevice functions", 3)
+    # a libdevice function is named at its call, not at its import
+    assert interpreter_limits(source, "InterpreterError: TypeError('cannot convert None')") == (
+        "the libdevice function `rsqrt`", 10)
+    # the line that failed decides, whatever the message: the kernel got past its `.to()` there
+    assert interpreter_limits(source, "InterpreterError: AttributeError(\"'float' object has no attribute 'to'\")",
+                              line=10) == ("the libdevice function `rsqrt`", 10)
+    only_imported = source.replace("x * rsqrt(tl.sum(x * x) + eps)", "x").replace("    eps = eps.to(tl.float32)\n", "")
+    assert interpreter_limits(only_imported, "InterpreterError: TypeError('x')") == ("libdevice functions", 3)
     assert interpreter_limits("import triton\n", "anything") is None

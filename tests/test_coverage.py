@@ -44,8 +44,14 @@ def test_only_unlaunched_device_code_is_unexercised():
     assert unexercised(HELPER, helper, launched) == []
     host = back.replace("forward_kernel[(1,)](x, 1)", "forward_kernel[(1,)](x, 1)\n    return None")
     assert unexercised(HELPER, host, launched) == []  # host code changed too: it may run on any call
-    module_level = "BLOCK = 64\n" + back
-    assert unexercised(HELPER, module_level, launched) == []
+    module_level = "BLOCK = 64\n" + back  # a new name bound to a literal does nothing until a function reads it
+    assert touched(HELPER, module_level) == ({"backward_kernel"}, False)
+    assert unexercised(HELPER, module_level, launched) == ["backward_kernel"]
+    for runs_on_import in ("import liger_kernel.ops.utils\n", "BLOCK = compute()\n", "import os\nos.environ['X'] = '1'\n"):
+        assert unexercised(HELPER, runs_on_import + back, launched) == [], runs_on_import
+    changed_constant = HELPER.replace("import triton\n", "import triton\nBLOCK = 64\n")
+    assert unexercised(changed_constant, changed_constant.replace("BLOCK = 64", "BLOCK = 128").replace("* 3)", "* 4)"),
+                       launched) == []  # a module-level value changed: it may be read by what ran
     assert unexercised(HELPER, back, ["forward_kernel", "backward_kernel"]) == []
     both = back.replace("tl.store(x_ptr, _twice(tl.load(x_ptr)))", "tl.store(x_ptr, _twice(tl.load(x_ptr)) + 0)")
     assert touched(HELPER, both)[0] == {"forward_kernel", "backward_kernel"}

@@ -7,7 +7,7 @@ Required names: `make_inputs(shape, dtype, seed[, device])`, `reference(**inputs
 `bytes_moved(shape[, dtype])`. Accepted forms:
 
 - dtypes (`DTYPES` entries, `TOLERANCES` keys) as `torch.float16` or as names (`"float16"`,
-  `"torch.float16"`); every spec function gets a `torch.dtype`;
+  `"torch.float16"`), `DTYPES` as a list or one dtype alone; every spec function gets a `torch.dtype`;
 - shapes as tuples or lists (of ints), a 1-d shape also as a bare int;
 - `make_inputs` with a `device` parameter (then its tensors must be on that device) or without one
   (then tileloop moves what it returns to the device);
@@ -174,10 +174,13 @@ def references_of(module) -> dict[str, tuple[str, str | None, Any]]:
 
 
 def _list(module, name: str) -> list:
+    """A non-empty list or tuple, or one value alone (`DTYPES = torch.bfloat16`)."""
     value = getattr(module, name)
-    if isinstance(value, (list, tuple)) and value:
-        return list(value)
-    raise SpecError(f"{name} must be a non-empty list, got {value!r}")
+    if isinstance(value, (list, tuple)):
+        if value:
+            return list(value)
+        raise SpecError(f"{name} must be a non-empty list, got {value!r}")
+    return [value]
 
 
 def load_module(name: str, path: Path):

@@ -1,10 +1,12 @@
 """`tileloop check <target>`: the target and its spec validated without starting a run, every
 problem listed at once, each with where it is (file:line where one is known) and a fix.
 
-Three passes: the contract read from the source (`contract.load_kernel`: the files, the required
-names, the entry point); the check job in a worker (`loop.worker.check_job`: the spec's names and
-values, make_inputs, the reference and the kernel at every correctness shape and dtype, every
-output, flops and bytes_moved); and, with `archs`, the ahead-of-time build for each architecture.
+Three passes: the contract read from the source (`contract.load_kernel`: the files, the language;
+missing names and a missing entry point are left to the worker, which names them with the rest); the
+check job in a worker (`loop.worker.check_job`: the spec's names and values, make_inputs, the
+reference and the kernel at every correctness shape and dtype, every output, flops and bytes_moved);
+and, with `archs`, the ahead-of-time build for each architecture (also when the only problem is a
+construct the Triton interpreter cannot run: the build is then the CPU's proof that it compiles).
 A kernel of the target that no checked shape launches is a warning: a change to it could not be
 seen by the correctness checks. `tileloop init` runs the same checks (without the build, which its
 baseline makes) and refuses to start on any problem.
@@ -64,14 +66,14 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
     out: dict = {"target": str(target), "device": device, "archs": archs, "problems": [], "warnings": [],
                  "kernels": [], "launched": []}
     try:
-        kernel = load_kernel(path, root)
+        kernel = load_kernel(path, root, names=False)  # the worker names every missing name, with the rest
     except UserError as exc:
         out["problems"].append(problem(exc.message, "", exc.hint or ""))
         return _done(out)
     out.update(target=str(kernel.target), spec=str(kernel.spec), language=kernel.language)
     log(f"checking {kernel.target} with {kernel.spec} ({device})")
-    _dynamic(kernel, device, settings, out)
-    if archs and not out["problems"]:
+    interpreter_only = _dynamic(kernel, device, settings, out)
+    if archs and (not out["problems"] or interpreter_only):  # what the interpreter cannot run, a GPU compiler may
         log(f"building {kernel.target} ahead of time for {', '.join(archs)}")
         _build(kernel, archs, settings, out)
     return _done(out)
@@ -88,8 +90,8 @@ def _backend(kernel: Kernel, device: str) -> str:
     return "interpreter" if device == "cpu" else "ptx"
 
 
-def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None:
-    """The check job, in a worker."""
+def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool:
+    """The check job, in a worker; True when its only problem is what the Triton interpreter cannot run."""
     backend = _backend(kernel, device)
     job = {"mode": "check", "spec": str(kernel.spec_abs), "target": str(kernel.target_abs),
            "target_dir": str(kernel.target_abs.parent), "language": kernel.language, "backend": backend,
@@ -106,14 +108,16 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> None
         tail = (raw.get("log_tail") or "").strip().splitlines()
         out["problems"].append(problem(f"the check worker failed: {raw.get('status')}: {raw.get('message')}",
                                        str(kernel.target), tail[-1][:300] if tail else ""))
-        return
+        return False
     out["problems"] += grouped(raw["problems"])
+    out["warnings"] += raw.get("warnings", [])
     out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
     unreached = [k for k in out["kernels"] if k not in out["launched"]]
     if unreached and job["run_kernels"] and not raw["problems"]:
         out["warnings"].append(problem(f"no checked shape launches {', '.join(unreached)}", str(kernel.target),
                                        "a change to it cannot be checked: add a shape that reaches it, or it is not "
                                        "part of this entry point"))
+    return bool(raw["problems"]) and bool(raw.get("interpreter_only"))
 
 
 def _build(kernel: Kernel, archs: list[str], settings: Settings, out: dict) -> None:

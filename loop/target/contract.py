@@ -91,7 +91,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def spec_dtypes(spec_path: Path) -> list[str] | None:
-    """The spec's DTYPES when it is a literal list of known dtypes, as names or `torch.<name>` (read
+    """The spec's DTYPES when it is a literal list of known dtypes (or one alone), as names or `torch.<name>` (read
     from the source, the spec is not imported here); None otherwise (a computed DTYPES is read by
     the worker)."""
     try:
@@ -100,9 +100,10 @@ def spec_dtypes(spec_path: Path) -> list[str] | None:
         return None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in node.targets):
-            if not isinstance(node.value, (ast.List, ast.Tuple)) or not node.value.elts:
+            elts = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            if not elts:
                 return None
-            names = [_dtype_literal(e) for e in node.value.elts]
+            names = [_dtype_literal(e) for e in elts]
             return names if all(n in KNOWN_DTYPES for n in names) else None
     return None
 
@@ -145,8 +146,10 @@ def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:
         raise UserError(f"target {target} is outside the repository {repo_root}") from None
 
 
-def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
-    """Validate the target and its spec; raise UserError with a one-line reason otherwise."""
+def load_kernel(target: str | Path, repo_root: Path, names: bool = True) -> Kernel:
+    """Validate the target and its spec; raise UserError with a one-line reason otherwise. With
+    `names` False, a spec missing required names or an entry point the target lacks passes here
+    (`tileloop check` names them, with every other problem, from the worker)."""
     path, rel = resolve_target(target, repo_root)
     tree = _parse(path, "target")
     language = detect_language(tree)
@@ -160,10 +163,10 @@ def load_kernel(target: str | Path, repo_root: Path) -> Kernel:
         raise UserError(f"no spec.py beside the target {rel}", hint="the spec holds inputs, reference and shapes")
     spec_tree = _parse(spec, "spec")
     missing = [name for name in SPEC_REQUIRED if name not in _top_level_names(spec_tree)]
-    if missing:
+    if missing and names:
         raise UserError(f"spec {spec.relative_to(repo_root)} is missing required name(s): {', '.join(missing)}")
     entry = spec_entry(spec_tree)
-    if entry is not None and entry not in _top_level_names(tree):
+    if names and entry is not None and entry not in _top_level_names(tree):
         raise UserError(f"target {rel} has no top-level {entry}(**inputs)" + (" launch wrapper" if entry == "run" else ""),
                         hint="name the target's entry point in the spec: ENTRY = '<function>', or an adapter "
                              "entry(target, **inputs)" if entry == "run" else f"ENTRY in the spec names {entry!r}")

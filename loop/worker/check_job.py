@@ -1,88 +1,36 @@
 """The check job (`mode: check`, for `tileloop check` and `init`): the target and its spec tried the
 way a run will use them, every problem listed instead of the first.
 
-In order, each step going on where it can: the spec imports and its names read (every malformed
-one), the target imports and its entry point exists, and then at every correctness shape and dtype:
-make_inputs (on the right device), the reference, the kernel, and every output against the
-reference; flops and bytes_moved at every benchmark shape. Which of the target's kernels ran is
-recorded (`launched`), so that a kernel no checked shape reaches can be named. A problem is
-{what, where, hint}: where is `file:line` when a line is known.
+In order, each step going on where it can: the spec imports and its names read (every missing or
+malformed one, every value left to fill in: `spec_checks.py`), the target imports and its entry
+point exists, and then at every correctness shape and dtype: make_inputs (on the right device), the
+reference, the kernel, and every output against the reference; flops and bytes_moved at every
+benchmark shape. A spec that is not whole still runs what it can (make_inputs, the reference, the
+entry point), and a reference that fails at a shape does not keep the kernel from being tried
+there. Which of the target's kernels ran is recorded (`launched`), so that a kernel no checked shape
+reaches can be named. A problem is {what, where, hint}: where is `file:line` when a line is known.
 """
 
 from __future__ import annotations
 
-import ast
+import re
 import sys
-import traceback
 from pathlib import Path
 
 from loop.worker.correctness import Harness
-from loop.worker.failures import ImplFailure, SpecError, load_module
+from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module
+from loop.worker.interpreter_limits import failing_line, interpreter_limits
 from loop.worker.launches import LaunchRecorder
 from loop.worker.proof import pin_autotune_to_first_config, watch_cutile_compiles
-from loop.common.spec import Spec, dtype_name, shapes_of
+from loop.common.spec import Spec
+from loop.worker.spec_checks import INPUTS_HINT, Lines, at, entry_point, good_dtypes, partial_checks, problem, \
+    spec_problems
 
-REQUIRED = ("make_inputs", "reference", "CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "DTYPES", "TOLERANCES", "flops",
-            "bytes_moved")
-CALLABLE = ("make_inputs", "reference", "flops", "bytes_moved")
+__all__ = ["check_job", "interpreter_limits"]
 
-
-def problem(what: str, where: str = "", hint: str = "") -> dict:
-    return {"what": what, "where": where, "hint": hint}
-
-
-class Lines:
-    """file:line of a file's top-level names, and of the innermost frame of a traceback in that file."""
-
-    def __init__(self, path: Path, shown: str):
-        self.path, self.shown = path, shown
-        try:
-            tree = ast.parse(path.read_text())
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            tree = ast.Module(body=[], type_ignores=[])
-        self.names: dict[str, int] = {}
-        for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-            for name in [getattr(node, "name", None)] + [getattr(t, "id", None) for t in targets]:
-                if name:
-                    self.names.setdefault(name, node.lineno)
-
-    def of(self, name: str) -> str:
-        return f"{self.shown}:{self.names[name]}" if name in self.names else self.shown
-
-    def of_exception(self, exc: BaseException) -> str:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == self.path]
-        return f"{self.shown}:{frames[-1].lineno}" if frames else self.shown
-
-
-def spec_problems(torch, module, lines: Lines) -> list[dict]:
-    """Every malformed or missing name of the spec, each on its own."""
-    out = [problem(f"the spec has no {name}", lines.shown, "see the spec contract in README.md (tileloop spec writes "
-                   "a skeleton)") for name in REQUIRED if not hasattr(module, name)]
-    out += [problem(f"{name} is not a function", lines.of(name), f"def {name}(...)") for name in CALLABLE
-            if hasattr(module, name) and not callable(getattr(module, name))]
-    dtypes = []
-    for i, d in enumerate(getattr(module, "DTYPES", None) or []):
-        try:
-            dtypes.append(dtype_name(torch, d, f"DTYPES[{i}]"))
-        except SpecError as exc:
-            out.append(problem(str(exc), lines.of("DTYPES"), "torch.float16 or 'float16'"))
-    tolerances = {}
-    for key, value in (getattr(module, "TOLERANCES", None) or {}).items():
-        try:
-            tolerances[dtype_name(torch, key, "TOLERANCES key")] = tuple(float(v) for v in value)
-        except (SpecError, TypeError, ValueError) as exc:
-            out.append(problem(str(exc) if isinstance(exc, SpecError) else f"TOLERANCES[{key!r}] must be (atol, rtol)",
-                               lines.of("TOLERANCES"), "{torch.float16: (1e-3, 1e-3)}"))
-    out += [problem(f"TOLERANCES has no entry for {d}", lines.of("TOLERANCES"), f"add {d!r}: (atol, rtol)")
-            for d in dtypes if d not in tolerances]
-    for name in ("CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "INTERPRETER_SHAPES"):
-        if getattr(module, name, None) is not None:
-            try:
-                shapes_of(getattr(module, name), name)
-            except SpecError as exc:
-                out.append(problem(str(exc), lines.of(name), "a list of tuples of ints, e.g. [(4096, 1024), (1, 7)]"))
-    return out
+INTERPRETER_HINT = ("the outputs were not compared on the CPU: check on a GPU (tileloop check --device cuda), "
+                    "where it runs")
+NEAR_ZERO = re.compile(r"is near zero relative to atol=(\S+?):")
 
 
 def check_job(job: dict) -> dict:
@@ -104,23 +52,44 @@ def check_job(job: dict) -> dict:
         return {"status": "ok", "problems": [problem(f"the spec does not import: {type(exc).__name__}: {exc}",
                                                      spec_lines.of_exception(exc))]}
     problems = spec_problems(torch, module, spec_lines)
-    if problems:
-        return {"status": "ok", "problems": problems}
-    spec = Spec(torch, module)
+    warnings = _unchecked_dtypes(torch, module, device, spec_lines)
     try:
         target = load_module("tileloop_target", Path(job["target"]))
-        entry = spec.entry(target)
-    except SpecError as exc:
-        return {"status": "ok", "problems": [problem(str(exc), target_lines.shown, "ENTRY = '<function>' in the spec")]}
     except BaseException as exc:  # noqa: BLE001
-        return {"status": "ok", "problems": [problem(f"the target does not import: {type(exc).__name__}: {exc}",
-                                                     target_lines.of_exception(exc))]}
+        problems.append(problem(f"the target does not import: {type(exc).__name__}: {exc}",
+                                target_lines.of_exception(exc), "the target's imports must resolve from its folder "
+                                "or PYTHONPATH (an installed package it uses, too)"))
+        target = None
+    if target is not None and entry_point(module, target) is None:
+        problems.append(problem(f"the target has no function {getattr(module, 'ENTRY', 'run')!r} to call with the "
+                                "inputs", spec_lines.of("ENTRY"), "name it with ENTRY = '<function>', or write an "
+                                "adapter entry(target, **inputs) in the spec"))
+    if problems:  # the spec is not whole, or there is nothing to call: run what can run
+        if target is not None and job.get("run_kernels", True):
+            fail = lambda exc, where: _kernel_failure(exc, where, device, target_lines)  # noqa: E731
+            problems += one_interpreter_limit(partial_checks(torch, module, target, device, spec_lines, fail))
+        return {"status": "ok", "problems": problems, "warnings": warnings}
+    spec = Spec(torch, module)
     recorder = LaunchRecorder(target, job["language"])
     with recorder:
-        problems += _run_checks(torch, spec, target, entry, device, job, spec_lines, target_lines)
+        problems += _run_checks(torch, spec, target, spec.entry(target), device, job, spec_lines, target_lines)
     problems += _sized(spec, spec_lines)
-    return {"status": "ok", "problems": problems, "launched": sorted(recorder.launched), "kernels": recorder.kernels,
-            "called": sorted(recorder.called)}
+    interpreter_only = bool(problems) and all("limit" in p for p in problems)
+    problems = one_interpreter_limit(problems)
+    if not any(d != "bfloat16" or device != "cpu" for d in spec.dtypes):
+        problems.append(problem("nothing was checked: the Triton interpreter runs float16 and float32, and DTYPES "
+                                "holds bfloat16 only", spec_lines.of("DTYPES"),
+                                "add torch.float16 to DTYPES to check on the CPU, or check on a GPU"))
+    return {"status": "ok", "problems": problems, "warnings": warnings, "interpreter_only": interpreter_only,
+            "launched": sorted(recorder.launched),
+            "kernels": recorder.kernels, "called": sorted(recorder.called)}
+
+
+def _unchecked_dtypes(torch, module, device: str, lines: Lines) -> list[dict]:
+    if device == "cpu" and "bfloat16" in good_dtypes(torch, module):
+        return [problem("bfloat16 is not checked on the CPU (the Triton interpreter has no bfloat16)", lines.of("DTYPES"),
+                        "tileloop check --device cuda on a GPU checks it")]
+    return []
 
 
 def _run_checks(torch, spec: Spec, target, entry, device: str, job: dict, spec_lines: Lines,
@@ -130,68 +99,86 @@ def _run_checks(torch, spec: Spec, target, entry, device: str, job: dict, spec_l
     dtypes = [d for d in spec.dtypes if not (device == "cpu" and d == "bfloat16")]
     for dtype in dtypes:
         for shape in spec.correctness_shapes:
-            at = f"at shape {shape} {dtype}"  # every problem ends with "(at shape ... dtype)": check.py groups by it
+            where = at(shape, dtype)
             try:
                 if not job.get("run_kernels", True):  # cuTile without a GPU: the spec's side only
                     harness.reference(harness.make_inputs(shape, dtype, 12345))
                     continue
                 rec = harness.check_one(target, "candidate", shape, dtype, 12345)
             except SpecError as exc:
-                out.append(problem(f"{exc} ({at})", spec_lines.of_exception(exc)))
+                out.append(_spec_error(exc, where, dtype, spec_lines))
                 continue
             except ImplFailure as exc:
-                out.append(_kernel_failure(exc, at, device, target_lines))
+                out.append(_kernel_failure(exc, where, device, target_lines))
                 continue
             except BaseException as exc:  # noqa: BLE001 - make_inputs or reference raised: the spec's
-                where = spec_lines.of_exception(exc)
-                out.append(problem(f"{type(exc).__name__}: {exc} ({at})", where,
-                                   "make_inputs and reference must work at every correctness shape and dtype"))
+                out.append(problem(f"{type(exc).__name__}: {exc} ({where})", spec_lines.of_exception(exc), INPUTS_HINT))
+                out += _kernel_alone(harness, entry, shape, dtype, where, device, target_lines)
                 continue
             if not rec["ok"]:
-                out.append(problem(f"outputs do not match the reference: {rec['reason']} ({at})", target_lines.shown,
-                                   "the kernel, the reference or TOLERANCES is wrong at this shape"))
+                out.append(_mismatch(rec["reason"], where, spec, target_lines))
     return out
+
+
+def _kernel_alone(harness: Harness, entry, shape, dtype: str, where: str, device: str, lines: Lines) -> list[dict]:
+    """The kernel at a shape where the reference failed: its own failure is named too (nothing compared)."""
+    try:
+        inputs = harness.make_inputs(shape, dtype, 12345)
+    except BaseException:  # noqa: BLE001 - make_inputs failed: already named
+        return []
+    try:
+        call_impl("candidate", "call", entry, **inputs)
+    except ImplFailure as exc:
+        return [_kernel_failure(exc, where, device, lines)]
+    return []
+
+
+def _spec_error(exc: SpecError, where: str, dtype: str, lines: Lines) -> dict:
+    """A spec the harness refused at a shape, said where to fix it."""
+    message = str(exc)
+    near_zero = NEAR_ZERO.search(message)
+    if near_zero:
+        return problem(f"the reference is near zero relative to atol={near_zero.group(1)} of {dtype}: an all-zero "
+                       f"output would pass ({where})", lines.of("TOLERANCES"),
+                       f"lower the atol of {dtype} in TOLERANCES below the outputs' size (e.g. 1e-6), or scale the inputs")
+    if "all-zero input" in message:
+        return problem(f"{message} ({where})", lines.of("make_inputs"), "random inputs: torch.randn, never zeros")
+    return problem(f"{message} ({where})", lines.of_exception(exc))
+
+
+def _mismatch(reason: str, where: str, spec: Spec, lines: Lines) -> dict:
+    if reason.startswith("the kernel gave"):
+        called = "the spec's entry()" if spec.adapter is not None else f"{spec.entry_name}()"
+        return problem(f"outputs do not match the reference: {reason} ({where})", lines.shown,
+                       f"reference returns one value per value {called} returns, in order; to compare only some, "
+                       "return those from an adapter entry(target, **inputs) in the spec")
+    return problem(f"outputs do not match the reference: {reason} ({where})", lines.shown,
+                   "the kernel, the reference or TOLERANCES is wrong at this shape")
 
 
 def _kernel_failure(exc: ImplFailure, at: str, device: str, lines: Lines) -> dict:
     if device == "cpu":
-        found = interpreter_limits(lines.path.read_text(errors="replace"), exc.message)
+        found = interpreter_limits(lines.path.read_text(errors="replace"), exc.message,
+                                   failing_line(exc, lines.path))
         if found:
-            construct, line = found
-            return problem(f"the Triton interpreter cannot run {construct} ({at})", f"{lines.shown}:{line}",
-                           "check it on a GPU (tileloop check --device cuda): the GPU path runs it")
+            return {**problem(f"the Triton interpreter cannot run {found[0]} ({at})", f"{lines.shown}:{found[1]}",
+                              INTERPRETER_HINT), "limit": found, "at": at}
     return problem(f"the kernel failed: {exc.status}: {exc.message[:300]} ({at})", lines.shown,
                    "fix the kernel, or the inputs make_inputs gives it")
 
 
-def interpreter_limits(source: str, message: str) -> tuple[str, int] | None:
-    """The construct of `source` that the Triton interpreter's failure `message` points at, and its
-    line: `.to()` on a scalar argument (the interpreter passes Python numbers), libdevice and
-    tl.extra calls, inline assembly."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    scalars = {a.arg for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)
-               for a in fn.args.args if not a.arg.endswith("_ptr") and a.annotation is None}
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "to" and isinstance(node.value, ast.Name) \
-                and node.value.id in scalars:
-            found.append(("scalar", f"`{node.value.id}.to(...)` on a scalar argument (a Python number there)", node.lineno))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)) and "libdevice" in ast.unparse(node):
-            found.append(("libdevice", "libdevice functions", node.lineno))
-        elif isinstance(node, ast.Attribute) and node.attr in ("inline_asm_elementwise", "extra"):
-            found.append(("asm", f"`{ast.unparse(node)}`", node.lineno))
-    if not found:
-        return None
-    scalar_error = "object has no attribute 'to'" in message
-    best = next((f for f in found if (f[0] == "scalar") == scalar_error), found[0])
-    return best[1], best[2]
-
-
-def _is_jit(fn: ast.FunctionDef) -> bool:
-    return any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in fn.decorator_list)
+def one_interpreter_limit(problems: list[dict]) -> list[dict]:
+    """The interpreter's limits as one problem: where the first shape failed, the others the target
+    holds (another kernel's, reached at other shapes) named in it; per shape, so that the orchestrator
+    lists the shapes once."""
+    limits = list(dict.fromkeys(p["limit"] for p in problems if "limit" in p))
+    if not limits:
+        return problems
+    (construct, line), others = limits[0], limits[1:]
+    also = "".join(f", and at line {n}" if c == construct else f", nor {c} (line {n})" for c, n in others)
+    shown = next(p for p in problems if "limit" in p)["where"].rsplit(":", 1)[0]
+    return [problem(f"the Triton interpreter cannot run {construct}{also} ({p['at']})", f"{shown}:{line}",
+                    INTERPRETER_HINT) if "limit" in p else p for p in problems]
 
 
 def _sized(spec: Spec, lines: Lines) -> list[dict]:
