@@ -30,6 +30,7 @@ from loop.records.results import BackendResult, Record, append_record
 from loop.run import state as st
 from loop.run.experiment import open_run
 from loop.target.contract import source_hash
+from loop.tools import doctor
 from playbook.analysis import analyze
 from playbook.base import ranked
 
@@ -332,3 +333,16 @@ def test_demo_names_its_repository_and_its_runs(tmp_path, clean_env, capsys):
     assert code == 0 and problems(payload) == []
     assert payload["repository"] == str(where.resolve()) and payload["runs"] == [payload["run"]]
     assert (where / payload["perf_results"]).is_file() and len(payload["records"]) == 2
+
+
+def test_doctor_fits_its_schema_here_and_for_gpu_probes(capsys):
+    code, payload = call(capsys, ["doctor"])
+    assert code == 0 and problems(payload) == [] and payload["checks"][0]["name"].startswith("Triton interpreter")
+    from test_backends import BLACKWELL_NVTRITON, HOPPER, make_probe
+
+    clocks = {"max_sm_mhz": "1980", "max_mem_mhz": "2619", "sm_mhz_now": "1980", "power_limit_w": "700.00"}
+    gpu = make_probe(cap=(9, 0), driver="570.86", cuda_runtime="12.8", clocks=clocks, ncu="/usr/local/cuda/bin/ncu",
+                     ncu_version="2025.1", triton_active_target="cuda", tile_env={}, numpy_version="2.4.0")
+    for probe in (HOPPER, BLACKWELL_NVTRITON, gpu):
+        report = doctor.report(probe, {"ok": True})
+        assert problems({"schema": cli.CLI_SCHEMA, "command": "doctor", **report}) == [], probe
