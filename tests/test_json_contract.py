@@ -183,6 +183,8 @@ def test_experience_and_playbook_actions_fit_their_schemas(kernel_repo, capsys):
                              outcome="keep", verdict="improved", speedup=1.25, run="r", date="2026-01-01")
     experience.append(entry)
     experience.append(dataclasses.replace(entry, outcome="revert", verdict="within_noise", speedup=None))
+    with open(experience.path(), "a") as fh:  # an entry a later tileloop wrote, with a field added since
+        fh.write(json.dumps({**dataclasses.asdict(entry), "kind": "num_warps", "a_later_field": 1}) + "\n")
     seen = []
     for argv in (["experience", "list"], ["experience", "stats"],
                  ["experience", "recommend", "--kernel-class", "element-wise", "--backend", "interpreter"],
@@ -192,8 +194,9 @@ def test_experience_and_playbook_actions_fit_their_schemas(kernel_repo, capsys):
         assert code == 0 and problems(payload) == [], (argv, problems(payload))
         assert payload["action"] == argv[1]
         seen.append(payload)
-    assert seen[2]["recommend"][0] == {"kind": "block", "tries": 2, "kept": 1, "kept_fraction": 0.5, "crash_fraction": 0.0,
-                                       "geomean_speedup_kept": 1.25}
+    assert len(seen[0]["entries"]) == 3 and "a_later_field" not in seen[0]["entries"][2]
+    assert {"kind": "block", "tries": 2, "kept": 1, "kept_fraction": 0.5, "crash_fraction": 0.0,
+            "geomean_speedup_kept": 1.25} in seen[2]["recommend"]
 
 
 def test_spec_and_suite_summarize_fit_their_schemas(kernel_repo, capsys):
@@ -346,3 +349,11 @@ def test_doctor_fits_its_schema_here_and_for_gpu_probes(capsys):
     for probe in (HOPPER, BLACKWELL_NVTRITON, gpu):
         report = doctor.report(probe, {"ok": True})
         assert problems({"schema": cli.CLI_SCHEMA, "command": "doctor", **report}) == [], probe
+
+
+@pytest.mark.slow
+def test_compare_fits_its_schema(kernel_repo, capsys):
+    code, payload = call(capsys, ["compare", "kernels/vector_add", "--device", "cpu"])
+    assert code == 0 and problems(payload) == []
+    ran = [r for r in payload["rows"] if r["status"] == "ok"]
+    assert ran and all(isinstance(r["time_ms"], float) for r in ran) and payload["verified"]
