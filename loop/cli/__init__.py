@@ -7,7 +7,7 @@ function and a `cmd_<name>(args, settings) -> int` in its group's PARSERS and CO
 name in ORDER.
 
 Every command takes --json and then prints exactly one JSON object on stdout (schema
-`tileloop.cli/1`); progress goes to stderr. Every failure is one line on stderr (`error: ...`) and,
+`tileloop.cli/1`, described by the JSON Schemas in `schema/`); progress goes to stderr. Every failure is one line on stderr (`error: ...`) and,
 with --json, one JSON object with `error` and `hint`: a user's mistake (argparse's included) exits
 2, an interruption 130, a failure of tileloop itself or of the spec in a worker 1, with its
 traceback written to a log file that the line names, never to the terminal.
