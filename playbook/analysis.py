@@ -99,6 +99,21 @@ class Analysis:
         m = re.fullmatch(r"sm_(\d+)a?", self.arch or "")
         return int(m.group(1)) if m else None
 
+    def reasons(self) -> list[str]:
+        """Why the kernel has its class: the calls `analyze` saw, in the order it tests them."""
+        def named(names) -> str:
+            return ", ".join(sorted(self.calls & set(names))) or "none"
+
+        if self.kernel_class == "dot":
+            return [f"matrix product: calls {named({'dot', 'mma'})}"]
+        out = ["no matrix product (dot, mma)"]
+        if self.kernel_class == "element-wise":
+            return out + [f"no reduction ({', '.join(sorted(REDUCTIONS))})"]
+        out.append(f"reduction: calls {named(REDUCTIONS)}")
+        if self.kernel_class == "norm-like":
+            return out + [f"normalisation: calls {named(NORM_HINTS)}"]
+        return out + [f"no normalisation ({', '.join(sorted(NORM_HINTS))})"]
+
     def priority(self) -> list[str]:
         table = CUTILE_PRIORITY if self.language == "cutile" else TRITON_PRIORITY
         order = list(table[self.kernel_class])

@@ -16,8 +16,8 @@ from loop.common.errors import UserError
 from playbook.analysis import Analysis
 from playbook.recipe import Candidate, Recipe, inapplicable, registered
 
-__all__ = ["attempt", "current_keys", "get", "inapplicable", "next_candidate", "page_path", "page_text", "recipes",
-           "why_nothing"]
+__all__ = ["attempt", "current_keys", "get", "inapplicable", "next_candidate", "page_path", "page_text", "ranked",
+           "recipes", "why_nothing"]
 
 
 # The recipe modules, in the order the playbook lists their recipes (`tileloop playbook list`,
@@ -58,6 +58,13 @@ def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demote
                    skip: Sequence[str] = ()) -> Candidate | None:
     """The first untried candidate in priority order; kinds kept at low gain go last; recipes in
     `skip` (ids) are never asked."""
+    pool = ranked(source, analysis, tried, demoted, skip)
+    return pool[0] if pool else None
+
+
+def ranked(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],
+           skip: Sequence[str] = ()) -> list[Candidate]:
+    """Every untried candidate in the order `next_candidate` offers them, from one pass over the recipes."""
     pool: list[Candidate] = []
     for recipe in recipes():
         if recipe.id not in skip and analysis.language in recipe.languages and recipe.applies(analysis):
@@ -65,7 +72,7 @@ def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demote
     order = analysis.priority()
     rank = {kind: i for i, kind in enumerate(order)}
     pool.sort(key=lambda c: (c.kind in demoted, c.tier, rank.get(c.kind, len(order))))
-    return pool[0] if pool else None
+    return pool
 
 
 def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Sequence[str] = ()) -> dict[str, str]:

@@ -107,3 +107,21 @@ def tilegym(tmp_path_factory) -> Path:
     from foreign import TILEGYM, installed
 
     return installed(TILEGYM, tmp_path_factory.getbasetemp()) / "tilegym"
+
+
+@pytest.fixture(autouse=True)
+def json_contract(monkeypatch):
+    """Every JSON object the CLI prints in a test is checked against its schema (loop/cli/schema/,
+    tests/cli_schema.py): a test whose outputs drift from their schema fails, whatever it asserts."""
+    import loop.cli.common as cli_common
+    from cli_schema import Observer
+
+    observer, printer = Observer(), cli_common.print_json
+
+    def checked(obj: dict) -> None:
+        observer(obj)
+        printer(obj)
+
+    monkeypatch.setattr(cli_common, "print_json", checked)
+    yield observer
+    assert not observer.failures, "\n".join(observer.failures)

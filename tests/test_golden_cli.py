@@ -1,7 +1,8 @@
 """Golden outputs of a short interpreter session: the `--json` object of every command an agent or a
 reviewer uses, and the run's perf_results.md and report.md, compared with files recorded before the
 package was reshaped (tests/golden/). Timings, dates, hashes, paths and versions are masked; every
-key, every status, every decision, every commit trailer and every table layout is compared as it is.
+key, every status, every decision, every commit trailer and every table layout is compared as it is;
+every output is also checked against its JSON Schema (loop/cli/schema/) before it is masked.
 
 The session's decisions do not depend on timing noise: a wrong candidate (revert, incorrect), a
 candidate that does not parse (crash, compile_error), an unchanged target (a user error), and an
@@ -17,6 +18,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from cli_schema import problems
 from loop.cli import main
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -66,9 +68,12 @@ def mask(value, repo: Path, key: str = ""):
 
 
 def call(capsys, repo: Path, argv: list[str]) -> dict:
+    """One command's output, checked against its schema as it came (before masking), then masked."""
     code = main(argv + ["--json"])
-    out = capsys.readouterr().out
-    return {"argv": argv, "exit": code, "json": mask(json.loads(out), repo)}
+    payload = json.loads(capsys.readouterr().out)
+    wrong = problems(payload)
+    assert not wrong, f"tileloop {' '.join(argv)} --json does not fit its schema: {wrong}"
+    return {"argv": argv, "exit": code, "json": mask(payload, repo)}
 
 
 def edit(repo: Path, old: str, new: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_schema import problems
 from conftest import REPO_ROOT, git
 from loop import cli
 from loop.tools import ncu, profile
@@ -319,6 +320,7 @@ def test_profile_inside_a_run_is_stored_and_reorders_the_playbook(kernel_repo, f
     payload, code = profile.run(TARGET, shape=[4097], dtype="float32", backend="interpreter", device="cpu",
                                 ncu_path=str(exe), settings=settings_mod.load())
     assert code == 0, payload
+    assert problems({"schema": cli.CLI_SCHEMA, "command": "profile", **payload}) == []  # what profile --json prints
     assert payload["status"] == "ok" and payload["correctness"] == "PASS"  # the worker really ran, as ncu's child
     assert (payload["shape"], payload["dtype"]) == ([4097], "float32")
     assert payload["kernels"][0]["kernel"] == "add_kernel" and payload["kernels"][0]["launches"] == 3

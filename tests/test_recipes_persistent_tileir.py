@@ -502,15 +502,20 @@ def test_next_candidate_offers_tileir_configs_only_on_tileir_runs():
 @pytest.mark.parametrize("backend,arch,offered", [("tileir", "sm_100", True), ("ptx", "sm_100", False),
                                                   ("interpreter", "cpu", False)])
 def test_the_loop_passes_its_target_backend_and_architecture_to_the_playbook(backend, arch, offered, monkeypatch):
-    from types import SimpleNamespace
-
-    from loop.run import experiment
+    from loop.common import settings as settings_mod
+    from loop.run import experiment, suggest
+    from loop.run.state import RunState
 
     source = autotuned("softmax")
-    monkeypatch.setattr(experiment.gitops, "show_file", lambda root, commit, path: source)
-    run = SimpleNamespace(root=REPO_ROOT, arch=arch, state=SimpleNamespace(
-        best_commit="0" * 40, target="kernels/softmax/softmax_triton.py", target_backend=backend, tried=[], demoted=[], skip_recipes=[]))
-    kinds = [s["kind"] for s in experiment.Experiment.suggestions(run, limit=9)]
+    monkeypatch.setattr(suggest.gitops, "show_file", lambda root, commit, path: source)
+    state = RunState(run_id="no-such-run", branch="b", origin_branch=None, target="kernels/softmax/softmax_triton.py",
+                     spec="kernels/softmax/spec.py", language="triton", op="softmax", device="cuda", target_backend=backend,
+                     backends=[backend], availability={}, base_commit="0" * 40, seed=0,
+                     env={"capability": [10, 0]} if arch == "sm_100" else {}, untracked_at_start=[], policy={},
+                     best_commit="0" * 40)
+    run = experiment.Experiment(REPO_ROOT, state, settings_mod.load())
+    assert run.arch == arch
+    kinds = [s["kind"] for s in run.suggestions(limit=9)]
     assert ("tileir-configs" in kinds) == offered, kinds
     assert "persistent" in kinds
 

@@ -7,7 +7,7 @@ function and a `cmd_<name>(args, settings) -> int` in its group's PARSERS and CO
 name in ORDER.
 
 Every command takes --json and then prints exactly one JSON object on stdout (schema
-`tileloop.cli/1`); progress goes to stderr. Every failure is one line on stderr (`error: ...`) and,
+`tileloop.cli/1`, described by the JSON Schemas in `schema/`); progress goes to stderr. Every failure is one line on stderr (`error: ...`) and,
 with --json, one JSON object with `error` and `hint`: a user's mistake (argparse's included) exits
 2, an interruption 130, a failure of tileloop itself or of the spec in a worker 1, with its
 traceback written to a log file that the line names, never to the terminal.
@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import sys
 
 from loop import __version__
-from loop.cli import lifecycle, playbook, reading, suite, target, tools
+from loop.cli import common, lifecycle, playbook, reading, suite, target, tools
 from loop.cli.common import CLI_SCHEMA, write_traceback
 from loop.common import settings as settings_mod
 from loop.common.errors import UserError
@@ -108,6 +107,6 @@ def _refuse_unknown_options(parser: argparse.ArgumentParser, command: str | None
 def _fail(as_json: bool, command: str | None, message: str, hint: str | None, code: int, **extra) -> int:
     hint = hint or (f"tileloop {command} --help" if command else "tileloop --help")
     if as_json:
-        print(json.dumps({"schema": CLI_SCHEMA, "command": command, "error": message, "hint": hint, **extra}))
+        common.print_json({"schema": CLI_SCHEMA, "command": command, "error": message, "hint": hint, **extra})
     print(f"error: {message}" + (f" (hint: {hint})" if hint else ""), file=sys.stderr)
     return code

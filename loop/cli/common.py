@@ -16,6 +16,7 @@ from loop.records import gitops
 from loop.records.perf_table import Row
 from loop.records.results import Record
 from loop.run import state as st
+from playbook.analysis import analyze
 from playbook.hazards import scan
 
 CLI_SCHEMA = "tileloop.cli/1"
@@ -64,10 +65,18 @@ def common(sp: argparse.ArgumentParser, run_opt: bool = True) -> None:
         sp.add_argument("--run", metavar="RUN_ID", help="run to act on (default: the latest run in this repository)")
 
 
+def print_json(obj: dict) -> None:
+    """The one place a JSON object reaches stdout (a command's output or the error object); the tests
+    check each against its schema in loop/cli/schema/ here."""
+    print(json.dumps(obj, indent=1, default=str))
+
+
 def emit(args, payload: dict, text: str) -> None:
-    """The command's output: one JSON object with --json, else the text."""
+    """The command's output: one JSON object with --json, else the text. A command with actions
+    (playbook, experience, suite) names the action too."""
     if args.json:
-        print(json.dumps({"schema": CLI_SCHEMA, "command": args.command, **payload}, indent=1, default=str))
+        action = {"action": args.action} if getattr(args, "action", None) else {}
+        print_json({"schema": CLI_SCHEMA, "command": args.command, **action, **payload})
     else:
         print(text)
 
@@ -82,7 +91,7 @@ def record_summary(rec: Record) -> dict:
         "iteration": rec.iteration, "optimization": rec.optimization, "hypothesis": rec.hypothesis,
         "rationale": rec.rationale, "expected": rec.expected, "kind": rec.kind,
         "status": rec.status, "correctness": rec.correctness, "latency_ms": rec.latency_ms, "speedup": rec.speedup,
-        "commit": rec.commit, "decision": rec.decision, "failure": rec.failure,
+        "commit": rec.commit, "key": rec.recipe, "decision": rec.decision, "failure": rec.failure,
         "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
                          "incumbent_ms": v.incumbent_ms, "reason": v.reason, "timing": v.timing_label,
                          "shapes": v.shapes} for k, v in rec.backends.items()},
@@ -90,26 +99,52 @@ def record_summary(rec: Record) -> dict:
 
 
 def row_json(r: Row) -> dict:
-    return {"iteration": r.iteration, "optimization": r.optimization, "latency_ms": r.latency_ms,
+    """A perf_results.md row: `latency_ms` a number (null where the table's cell is empty), the
+    backends' cells as the table shows them."""
+    return {"iteration": r.iteration, "optimization": r.optimization,
+            "latency_ms": float(r.latency_ms) if r.latency_ms else None,
             "correctness": r.correctness, "status": r.status, "backends": dict(r.backends)}
 
 
 def status_payload(exp) -> dict:
+    """Where a run stands (init, status, run, resume, demo)."""
     s = exp.state
+    kernel_class, reasons = classify(exp)
     return {"run": s.run_id, "branch": s.branch, "target": s.target, "device": s.device,
             "target_backend": s.target_backend, "backends": s.availability, "best_commit": s.best_commit,
             "best_latency_ms": s.best_latency_ms, "iterations": max(s.last_iteration, 0),
             "outcomes": s.outcomes, "inflight": s.inflight, "stopped": s.stopped,
             "stop": exp.stop_state().to_json(), "perf_results": str(exp.perf_path.relative_to(exp.root)),
             "timings": "harness" if s.harness else "interpreter" if s.device == "cpu" else "gpu", "archs": s.archs,
-            "skip_recipes": s.skip_recipes, "harness": s.harness,
-            "hazards": [h.to_json() for h in scan((exp.root / s.target).read_text(), s.language)]}
+            "skip_recipes": s.skip_recipes, "harness": s.harness, "kernel_class": kernel_class,
+            "kernel_class_reasons": reasons, "runs": st.list_runs(exp.root), "hazards": hazards(exp)}
 
 
-def finish_run(args, exp, stop) -> int:
+def hazards(exp) -> list[dict]:
+    """The Tile IR hazards of the target as it is now; none while an edit in progress does not parse."""
+    try:
+        return [h.to_json() for h in scan((exp.root / exp.state.target).read_text(), exp.state.language)]
+    except SyntaxError:
+        return []
+
+
+def classify(exp) -> tuple[str | None, list[str]]:
+    """The kernel class of the run's best version (the working tree's target before a baseline) and
+    why, as the playbook classifies it; (None, [why not]) when it does not parse."""
+    s = exp.state
+    source = (gitops.show_file(exp.root, s.best_commit, s.target) if s.best_commit
+              else (exp.root / s.target).read_text())
+    try:
+        an = analyze(source)
+    except SyntaxError as exc:
+        return None, [f"{s.target} does not parse: {exc.msg} (line {exc.lineno})"]
+    return an.kernel_class, an.reasons()
+
+
+def finish_run(args, exp, stop, **extra) -> int:
     """What `run`, `resume` and `demo` print when the loop stops: the status, the stop and every record."""
     recs = exp.records()
-    emit(args, {**status_payload(exp), "stop": stop.to_json(), "records": [record_summary(r) for r in recs]},
+    emit(args, {**status_payload(exp), "stop": stop.to_json(), **extra, "records": [record_summary(r) for r in recs]},
          exp.perf_path.read_text() + f"\nstopped: {stop.state}: {stop.reason}")
     return 0
 

@@ -62,9 +62,15 @@ def add_init(sub) -> None:
 
 
 def add_step(sub) -> None:
-    sp = sub.add_parser("step", help="commit the working-tree edit of the target and evaluate it (agent mode)")
-    sp.add_argument("--optimization", "-m", required=True, help="what this change is, one line")
-    sp.add_argument("--hypothesis", default="", help="what should move, and by how much")
+    sp = sub.add_parser("step", help="commit the working-tree edit of the target (or one recipe's candidate) and "
+                                     "evaluate it (agent mode)")
+    sp.add_argument("--optimization", "-m", help="what this change is, one line (required without --recipe)")
+    sp.add_argument("--hypothesis", default=None, help="what should move, and by how much")
+    sp.add_argument("--recipe", metavar="ID", help="apply this playbook recipe's candidate to the target as the step "
+                                                   "(its first untried one; the tree must hold no other edit); "
+                                                   "--optimization and --hypothesis default to the candidate's")
+    sp.add_argument("--key", metavar="KEY", help="with --recipe: the candidate to apply (a `key` of step's suggestions "
+                                                 "or of playbook apply --dry-run)")
     sp.add_argument("--rationale", default="", help="why: the evidence (profile, roofline, earlier results)")
     sp.add_argument("--expected", default="", help="the expected outcome, e.g. '1.2-1.5x on the wide shapes'")
     sp.add_argument("--allow-unchanged", action="store_true", help="evaluate an unchanged target (an A/A check)")
@@ -112,16 +118,27 @@ def cmd_init(args, settings) -> int:
     exp = _init(args, settings)
     rec = exp.records()[0]
     label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
-    emit(args, {**status_payload(exp), "baseline": record_summary(rec)},
+    emit(args, {**status_payload(exp), "baseline": record_summary(rec), "suggestions": exp.suggestions()},
          f"run {exp.state.run_id} on branch {exp.state.branch}: baseline {rec.latency_ms:.6f} ms{label}\n"
-         f"next: edit {exp.state.target}, then tileloop step --optimization '...' --hypothesis '...'")
+         f"next: edit {exp.state.target}, then tileloop step --optimization '...' --hypothesis '...'; "
+         f"or tileloop step --recipe ID")
     return 0
 
 
 def cmd_step(args, settings) -> int:
+    if args.key and not args.recipe:
+        raise UserError("--key names a candidate of a recipe: pass --recipe ID with it", hint="tileloop step --help")
+    if not (args.optimization or args.recipe):
+        raise UserError("step needs --optimization (what your edit of the target is) or --recipe ID",
+                        hint="tileloop step --optimization 'BLOCK 128 -> 256' --hypothesis '...'")
     exp = open_run(args.run, settings)
-    rec, stop = exp.evaluate(args.optimization, args.hypothesis, allow_unchanged=args.allow_unchanged,
-                             rationale=args.rationale, expected=args.expected)
+    if args.recipe:
+        cand = exp.recipe_candidate(args.recipe, args.key)
+        rec, stop = exp.step_recipe(cand, args.optimization, args.hypothesis, rationale=args.rationale,
+                                    expected=args.expected)
+    else:
+        rec, stop = exp.evaluate(args.optimization, args.hypothesis or "", allow_unchanged=args.allow_unchanged,
+                                 rationale=args.rationale, expected=args.expected)
     payload = {**record_summary(rec), "run": exp.state.run_id, "stop": stop.to_json(),
                "noise_band": {"lo": rec.decision.get("lo"), "hi": rec.decision.get("hi"),
                               "per_shape": rec.decision.get("shapes", [])},
@@ -191,7 +208,7 @@ def cmd_demo(args, settings) -> int:
     os.chdir(where)
     exp = init_run(f"kernels/{args.op}/{args.op}_triton.py", device=args.device, branch=None, target_backend=None, seed=0,
                    policy=decide.Policy(max_iters=args.max_iters), settings=settings, mode="run")
-    return finish_run(args, exp, exp.run_loop())
+    return finish_run(args, exp, exp.run_loop(), repository=str(Path(where).resolve()))
 
 
 PARSERS = {"init": add_init, "step": add_step, "run": add_run, "resume": add_resume, "demo": add_demo}

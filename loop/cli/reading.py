@@ -42,7 +42,7 @@ def cmd_status(args, settings) -> int:
     exp = open_run(args.run, settings)
     p = status_payload(exp)
     text = "\n".join(f"{k}: {v}" for k, v in p.items() if k != "backends")
-    emit(args, {**p, "runs": st.list_runs(exp.root)}, text)
+    emit(args, p, text)
     return 0
 
 

@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 SCHEMA = "tileloop.experience/1"
@@ -41,6 +41,9 @@ class Entry:
     schema: str = SCHEMA
 
 
+FIELDS = {f.name for f in fields(Entry)}
+
+
 def append(entry: Entry, where: Path | None = None) -> None:
     p = where or path()
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -58,8 +61,8 @@ def load(where: Path | None = None) -> list[Entry]:
             d = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line from a kill
-        if d.get("schema") == SCHEMA:
-            out.append(Entry(**d))
+        if d.get("schema") == SCHEMA:  # fields are only added within a version: a newer entry's others are skipped
+            out.append(Entry(**{k: v for k, v in d.items() if k in FIELDS}))
     return out
 
 

@@ -5,7 +5,8 @@
     Recording (recording.py)     record + keep|revert, counters, experience
     Baseline (baseline.py)       iteration 0, and its resumption after a kill during init
     Iteration (iteration.py)     integrity -> commit -> measure -> decide -> record
-    Unattended (unattended.py)   the playbook loop of `tileloop run`, and the next suggestions
+    Unattended (unattended.py)   the playbook loop of `tileloop run`
+    Suggesting (suggest.py)      an agent's step: the next suggestions, one recipe's candidate as the step
     Resume (resume.py)           an interrupted iteration finished or recorded exactly once (integrity as an iteration)
 
 `loop.run.init.init_run` makes a new one (branch and baseline); `open_run` opens an existing one.
@@ -20,10 +21,11 @@ from loop.records import gitops
 from loop.run import state as st
 from loop.run.core import Log, stderr_log
 from loop.run.resume import Resume
+from loop.run.suggest import Suggesting
 from loop.run.unattended import Unattended
 
 
-class Experiment(Unattended, Resume):
+class Experiment(Unattended, Suggesting, Resume):
     """A run bound to its repository; every public method leaves state.json consistent."""
 
 

@@ -118,8 +118,7 @@ class Iteration(Measuring, Recording):
         record = with_changes(record, compile=gate, rationale=rationale, expected=expected, kind=kind)
         atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
         self.stage("record")
-        self._finish(record)
-        return record, stop
+        return self._finish(record), stop  # the record as written: with its commit
 
     def _decide(self, results: dict[str, BackendResult], raw: dict, sources: tuple[str, str],
                 remeasured: bool = False) -> decide.Decision:

@@ -1,5 +1,5 @@
 """The unattended loop (`tileloop run`): one playbook candidate per iteration, proposed for the
-current best version, until a stop rule fires; and the next candidates an agent's step suggests."""
+current best version, until a stop rule fires."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 
 from loop import decide
 from loop.common.files import atomic_write_text
-from loop.records import experience, gitops
 from loop.run.iteration import Iteration
 from playbook import Candidate, next_candidate
 from playbook.analysis import analyze
@@ -66,21 +65,3 @@ class Unattended(Iteration):
                                  "a planted fault: it must be classified and reverted, and the run must go on",
                                  Path(path).read_text())
         return None
-
-    def suggestions(self, limit: int = 3) -> list[dict]:
-        """Next candidates from the playbook for the current best version, experience first."""
-        src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
-        an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
-        ranked = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
-        order = {r["kind"]: i for i, r in enumerate(ranked) if r["kept"]}
-        tried, out = list(self.state.tried), []
-        while len(out) < 3 * limit:
-            c = next_candidate(src, an, tried, self.state.demoted, self.state.skip_recipes)
-            if c is None:
-                break
-            tried.append(c.key)
-            hist = next((r for r in ranked if r["kind"] == c.kind), None)
-            out.append({"recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
-                        "hypothesis": c.hypothesis, "experience": hist})
-        out.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: playbook order within equal rank
-        return out[:limit]

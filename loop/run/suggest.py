@@ -1,0 +1,146 @@
+"""What an agent's step asks of the playbook: the next candidates worth a step (`suggestions`), and
+one recipe's candidate applied as the step (`tileloop step --recipe ID [--key KEY]`).
+
+A candidate is worth a step when this run has not tried it: its key is not among the run's tried
+keys (`state.tried`: the candidates evaluated, and the values the kept versions already have), and
+its source is not a version the run already measured (an agent's hand edit that made the same
+change has no key, but it has its source hash in the records). And when the checks can see it: a
+change that touches only code no checked shape ran in the best version's last measurement (the
+kernels it launched, the host functions it called) is `unexercised` and reverted unmeasured, so it
+is never suggested (`loop.target.coverage`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import playbook
+from loop.common.errors import UserError
+from loop.common.files import atomic_write_text
+from loop.records import experience, gitops
+from loop.records.results import Record
+from loop.run.iteration import Iteration
+from loop.target.contract import source_hash
+from loop.target.coverage import unexercised
+from playbook import Candidate
+from playbook.analysis import Analysis, analyze
+from playbook.base import attempt, inapplicable, ranked
+
+
+class Screen:
+    """Why a candidate is not worth a step in this run, or None: what the run has tried and measured,
+    and what the checks of the best version ran."""
+
+    def __init__(self, tried: list[str], records: list[Record], incumbent_src: str,
+                 launched: list[str] | None, called: list[str] | None):
+        self.tried, self.incumbent_src, self.launched, self.called = set(tried), incumbent_src, launched, called
+        self.measured = {r.source_hash: r.iteration for r in records if r.source_hash}
+
+    def why_not(self, cand: Candidate) -> str | None:
+        if cand.key in self.tried:
+            return "already tried in this run"
+        seen = self.measured.get(source_hash(cand.source))
+        if seen is not None:
+            return f"its source is the version iteration {seen} measured"
+        if self.launched is not None:
+            missed = unexercised(self.incumbent_src, cand.source, self.launched, self.called)
+            if missed:
+                return f"it touches only {', '.join(missed)}, which no checked shape runs (unexercised)"
+        return None
+
+
+class Suggesting(Iteration):
+    def _best(self) -> tuple[str, Analysis]:
+        src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        return src, analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
+
+    def incumbent_coverage(self) -> tuple[list[str] | None, list[str] | None]:
+        """(kernels launched, host functions called) by the checks of the best version's last
+        measurement, from its worker result; (None, None) where there is none (an external harness)."""
+        recs = self.records()
+        rec = next((r for r in reversed(recs) if r.commit == self.state.best_commit and r.status == "keep"), None)
+        if rec is None or self.state.harness:
+            return None, None
+        path = self.iter_dir(rec.iteration) / f"worker-{self.state.target_backend}.result.json"
+        try:
+            seen = json.loads(path.read_text()).get("correctness", {})
+        except (OSError, ValueError):
+            return None, None
+        label = "baseline" if rec.iteration == 0 else "candidate"
+        return seen.get("launched", {}).get(label), seen.get("called", {}).get(label)
+
+    def screen(self, incumbent_src: str) -> Screen:
+        return Screen(self.state.tried, self.records(), incumbent_src, *self.incumbent_coverage())
+
+    def suggestions(self, limit: int = 3) -> list[dict]:
+        """Next candidates from the playbook for the current best version, experience first; none
+        that this run tried or measured, none the checks could not see."""
+        src, an = self._best()
+        ranked_kinds = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
+        order = {r["kind"]: i for i, r in enumerate(ranked_kinds) if r["kept"]}
+        screen = self.screen(src)
+        pool = ranked(src, an, self.state.tried, self.state.demoted, self.state.skip_recipes)
+        out = []
+        for c in pool:
+            if len(out) >= 3 * limit:
+                break
+            if screen.why_not(c) is None:
+                hist = next((r for r in ranked_kinds if r["kind"] == c.kind), None)
+                out.append({"recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
+                            "hypothesis": c.hypothesis, "experience": hist,
+                            "apply": shlex.join(["tileloop", "step", "--recipe", c.recipe, "--key", c.key])})
+        out.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: playbook order within equal rank
+        return out[:limit]
+
+    def recipe_candidate(self, recipe_id: str, key: str | None = None) -> Candidate:
+        """The candidate `step --recipe` applies: the named one, or the recipe's first worth a step."""
+        recipe = playbook.get(recipe_id)
+        src, an = self._best()
+        if recipe.id in self.state.skip_recipes:
+            raise UserError(f"recipe {recipe.id} is skipped in this run (--skip-recipe)", hint="pick another recipe")
+        if an.language not in recipe.languages or not recipe.applies(an):
+            raise UserError(f"recipe {recipe.id} {inapplicable(recipe, an)}", hint="tileloop playbook list; or edit the "
+                            "target yourself and step with --optimization")
+        cands, why = attempt(recipe, src, an)
+        if not cands:
+            raise UserError(f"recipe {recipe.id} proposes nothing for {self.state.target}" + (f": {why}" if why else ""),
+                            hint="pick another recipe, or edit the target yourself and step with --optimization")
+        screen = self.screen(src)
+        if key is not None:
+            cand = next((c for c in cands if c.key == key), None)
+            if cand is None:
+                raise UserError(f"recipe {recipe.id} has no candidate {key!r} for the best version; its candidates: "
+                                f"{', '.join(c.key for c in cands)}", hint=f"tileloop playbook apply {recipe.id} "
+                                f"{self.state.target} --dry-run shows them")
+            reason = screen.why_not(cand)
+            if reason:
+                raise UserError(f"candidate {key} of recipe {recipe.id}: {reason}", hint="pick another candidate")
+            return cand
+        reasons = [(c, screen.why_not(c)) for c in sorted(cands, key=lambda c: c.tier)]
+        first = next((c for c, reason in reasons if reason is None), None)
+        if first is None:
+            raise UserError(f"recipe {recipe.id} has no candidate left worth a step: "
+                            + "; ".join(f"{c.key}: {reason}" for c, reason in reasons[:4]),
+                            hint="pick another recipe (step --json lists suggestions)")
+        return first
+
+    def step_recipe(self, cand: Candidate, optimization: str | None = None, hypothesis: str | None = None,
+                    rationale: str = "", expected: str = ""):
+        """Apply `cand` to the target and evaluate it as this step; the tree must hold no other edit."""
+        self._check_position()
+        others, new = self.integrity_violations()
+        best = gitops.show_file(self.root, self.state.best_commit, self.state.target)
+        edited = [self.state.target] if (self.root / self.state.target).read_text() != best else []
+        if edited or others or new:
+            raise UserError(f"the tree has edits a recipe step would mix with its own: {', '.join((edited + others + new)[:8])}",
+                            hint="step your edit with tileloop step --optimization, or undo it (git checkout -- FILE)")
+        optimization, hypothesis = optimization or cand.title, cand.hypothesis if hypothesis is None else hypothesis
+        n = self.state.last_iteration + 1
+        self.state.inflight = {"iteration": n, "stage": "apply", "key": cand.key, "optimization": optimization,
+                               "hypothesis": hypothesis, "recipe": cand.recipe}
+        self.save()
+        atomic_write_text(self.root / self.state.target, cand.source)
+        self.stage("apply")
+        return self.evaluate(optimization, hypothesis, cand.recipe, cand.key, rationale=rationale, expected=expected,
+                             kind=cand.kind)
