@@ -252,7 +252,7 @@ class CuTilePersistent(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al, kernels = ct_kernels(module)
-        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al, fn))
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al, fn), analysis)
         try:
             out.append(self._step_up(module))
         except Skip as exc:
