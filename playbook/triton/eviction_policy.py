@@ -9,7 +9,8 @@ L2; marking it evict-first leaves L2 to data that is reused. Which loads qualify
   program (a weight vector) or read again in a later pass (softmax, layernorm) are left alone;
 * dot kernels: none (their tiles are re-read by other programs).
 
-Loads that already carry an eviction policy are left alone, and so are kernels that the entry
+Loads that already carry an eviction policy are left alone, and so are loads with a
+`cache_modifier` (ptxas refuses a cache operator and an eviction priority on one load), and kernels that the entry
 point's forward path does not launch (a backward kernel). A load's buffer is the kernel parameter
 its address is computed from, through local assignments, `ptr += ...` and block pointers
 (playbook/cst/memory.py).
@@ -71,9 +72,14 @@ class EvictionPolicy(PatternRecipe):
         if analysis.kernel_class == "dot":
             raise Skip("dot kernels re-read their tiles from other programs: not streaming")
         module = parse(source)
-        loads = [c for c in self.streaming_loads(module, analysis) if not has_kwarg(c, "eviction_policy")]
+        streaming = [c for c in self.streaming_loads(module, analysis) if not has_kwarg(c, "eviction_policy")]
+        # PTX has no load with both a cache operator (.ca, .cg, .cs, ...) and an eviction priority:
+        # ptxas rejects `ld.global.ca.L1::evict_first` ("cannot be combined")
+        loads = [c for c in streaming if not has_kwarg(c, "cache_modifier")]
         if not loads:
-            raise Skip("no streaming tl.load without an eviction policy")
+            raise Skip("no streaming tl.load without an eviction policy" + (
+                f" ({len(streaming)} carry a cache_modifier, which PTX cannot combine with an eviction policy)"
+                if streaming else ""))
         mapping = {c: (lambda upd: add_kwarg(upd, "eviction_policy", cst.SimpleString(f'"{POLICY}"'))) for c in loads}
         code = checked(replace(module, mapping).code)
         return [Candidate(self.id, "eviction", f"{self.id}:{POLICY}",
