@@ -108,6 +108,15 @@ def off_path_reason(left: list[str], analysis: Analysis) -> str:
             f"backward pass, or not at all): left alone")
 
 
+def on_path(kernels: dict, analysis: Analysis | None) -> dict:
+    """`kernels` without those the entry point's forward path cannot launch; Skip with the reason
+    when none is left."""
+    left = off_path(kernels, analysis)
+    if kernels and len(left) == len(kernels):
+        raise Skip(off_path_reason(left, analysis))
+    return {name: fn for name, fn in kernels.items() if name not in left}
+
+
 def per_kernel(kernels: dict, attempt: Callable[[str, object], object],
                analysis: Analysis | None = None) -> tuple[list, list[str]]:
     """`attempt(name, fn)` for each kernel on the forward path of the analysis' entry point: the

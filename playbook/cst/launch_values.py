@@ -77,50 +77,67 @@ def dict_options(wrapper: cst.FunctionDef, name: str) -> tuple[dict[str, cst.Bas
     return keys, opaque
 
 
-def value_of(kw: str, expr: cst.BaseExpression, wrapper: cst.FunctionDef, constants: dict[str, int],
-           via: str | None) -> LaunchValue:
+class _Wrapper:
+    """What the values of one launch wrapper are read from, computed once: its parameters, every
+    value each local is bound to, the locals assigned `name = <int>` on a line of their own, and
+    each node's parent (to find the assignment that reaches a use)."""
+
+    def __init__(self, wrapper: cst.FunctionDef):
+        self.fn = wrapper
+        self.params = {p.name.value for p in params(wrapper)}
+        self.assigned = assignments(wrapper)
+        self.parent: dict[int, cst.CSTNode] = {}
+        self.plain: set[str] = set()
+        stack = [wrapper.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                self.plain.add(node.targets[0].target.value)
+            for child in node.children:
+                self.parent[id(child)] = node
+                stack.append(child)
+
+    def reaching(self, name: str, use: cst.CSTNode) -> cst.BaseExpression | None:
+        """The value of the last assignment to `name` before `use` in the blocks that enclose it (the
+        one that reaches it when no branch in between assigns it again); None when there is none."""
+        node = use
+        while id(node) in self.parent:
+            parent = self.parent[id(node)]
+            body = getattr(parent, "body", None)
+            if isinstance(body, (list, tuple)) and isinstance(node, cst.BaseStatement):
+                at = next(i for i, stmt in enumerate(body) if stmt is node)
+                for stmt in reversed(body[:at]):
+                    if isinstance(stmt, cst.SimpleStatementLine):
+                        for small in reversed(stmt.body):
+                            if isinstance(small, cst.Assign) and any(name in _target_names(t.target)
+                                                                     for t in small.targets):
+                                return small.value
+            node = parent
+        return None
+
+
+def value_of(kw: str, expr: cst.BaseExpression, wrapper: cst.FunctionDef | _Wrapper, constants: dict[str, int],
+             via: str | None) -> LaunchValue:
+    """What `expr`, given at a launch in `wrapper` for the keyword `kw`, is worth there."""
     if isinstance(expr, cst.Integer):
         return LaunchValue(kw, expr, LITERAL, int(expr.evaluated_value), None, expr, code_of(expr), via)
-    if isinstance(expr, cst.Name):
-        name = expr.value
-        values = assignments(wrapper).get(name, [])
-        wrapper_params = {p.name.value for p in params(wrapper)}
-        if not values and name not in wrapper_params and name in constants:
-            return LaunchValue(kw, expr, CONSTANT, constants[name], name, None, name, via)
-        if len(values) == 1 and name not in wrapper_params and isinstance(values[0], cst.Integer) \
-                and _assigned_plainly(wrapper, name):
-            v = values[0]
-            return LaunchValue(kw, expr, LOCAL, int(v.evaluated_value), name, v, f"{name} = {v.value}", via)
-        if name in wrapper_params and not values:
-            return LaunchValue(kw, expr, COMPUTED, None, name, None, f"the argument {name}", via)
-        if not values:
-            return LaunchValue(kw, expr, UNKNOWN, None, name, None, f"`{name}`, bound outside {wrapper.name.value}", via)
-        reaching = reaching_value(wrapper, name, expr)
-        origin = code_of(reaching) if reaching is not None else " or ".join(dict.fromkeys(code_of(v) for v in values))
-        return LaunchValue(kw, expr, COMPUTED, None, name, None, origin, via)
-    return LaunchValue(kw, expr, COMPUTED, None, None, None, code_of(expr), via)
-
-
-def reaching_value(wrapper: cst.FunctionDef, name: str, use: cst.CSTNode) -> cst.BaseExpression | None:
-    """The value of the last assignment to `name` before `use` in the blocks that enclose it (the
-    one that reaches it when no branch in between assigns it again); None when there is none."""
-    found: cst.BaseExpression | None = None
-
-    def search(block: cst.CSTNode) -> bool:
-        nonlocal found
-        body = getattr(block, "body", None)
-        stmts = body if isinstance(body, (list, tuple)) else [body] if isinstance(body, cst.CSTNode) else []
-        for stmt in stmts:
-            if any(n is use for n in walk(stmt)):
-                if isinstance(stmt, cst.SimpleStatementLine):
-                    return True
-                return any(search(child) for child in stmt.children if isinstance(child, cst.CSTNode))
-            for node in walk(stmt) if isinstance(stmt, cst.SimpleStatementLine) else ():
-                if isinstance(node, cst.Assign) and any(name in _target_names(t.target) for t in node.targets):
-                    found = node.value
-        return False
-
-    return found if search(wrapper.body) else None
+    if not isinstance(expr, cst.Name):
+        return LaunchValue(kw, expr, COMPUTED, None, None, None, code_of(expr), via)
+    w = wrapper if isinstance(wrapper, _Wrapper) else _Wrapper(wrapper)
+    name = expr.value
+    values = w.assigned.get(name, [])
+    if not values and name not in w.params and name in constants:
+        return LaunchValue(kw, expr, CONSTANT, constants[name], name, None, name, via)
+    if len(values) == 1 and name not in w.params and isinstance(values[0], cst.Integer) and name in w.plain:
+        v = values[0]
+        return LaunchValue(kw, expr, LOCAL, int(v.evaluated_value), name, v, f"{name} = {v.value}", via)
+    if name in w.params and not values:
+        return LaunchValue(kw, expr, COMPUTED, None, name, None, f"the argument {name}", via)
+    if not values:
+        return LaunchValue(kw, expr, UNKNOWN, None, name, None, f"`{name}`, bound outside {w.fn.name.value}", via)
+    reaching = w.reaching(name, expr)
+    origin = code_of(reaching) if reaching is not None else " or ".join(dict.fromkeys(code_of(v) for v in values))
+    return LaunchValue(kw, expr, COMPUTED, None, name, None, origin, via)
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
@@ -131,27 +148,22 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
     return []
 
 
-def _assigned_plainly(wrapper: cst.FunctionDef, name: str) -> bool:
-    """`name = <int>` as a statement of its own, not a loop target or a tuple element."""
-    return any(isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
-               and n.targets[0].target.value == name for n in walk(wrapper.body))
-
-
 def launch_values(launch: Launch, constants: dict[str, int]) -> tuple[dict[str, LaunchValue], list[str]]:
     """The launch's keyword options by name (direct keywords first, then the keys of the dicts it
     unpacks), and the dicts it unpacks whose keys the reading cannot list in full."""
     out: dict[str, LaunchValue] = {}
     opaque: list[str] = []
+    wrapper = _Wrapper(launch.wrapper)
     for arg in launch.call.args:
         if arg.keyword is not None:
-            out[arg.keyword.value] = value_of(arg.keyword.value, arg.value, launch.wrapper, constants, None)
+            out[arg.keyword.value] = value_of(arg.keyword.value, arg.value, wrapper, constants, None)
         elif arg.star == "**":
             if not isinstance(arg.value, cst.Name):
                 opaque.append(code_of(arg.value))
                 continue
             keys, hidden = dict_options(launch.wrapper, arg.value.value)
             for kw, value in keys.items():
-                out.setdefault(kw, value_of(kw, value, launch.wrapper, constants, arg.value.value))
+                out.setdefault(kw, value_of(kw, value, wrapper, constants, arg.value.value))
             if hidden:
                 opaque.append(arg.value.value)
     return out, opaque

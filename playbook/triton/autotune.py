@@ -122,7 +122,7 @@ def _grid_reads(module: cst.Module, name: str, grid_expr: cst.BaseExpression, la
     for kw, (value, const) in options.items():
         if const:
             used_for.setdefault(const, kw)
-    references = global_references(module)
+    references = global_references(module) if used_for else {}
     for const, kw in used_for.items():
         refs = references.get(const, [])
         outside = [r for r in refs if r not in grid_nodes and r not in launch_values]
