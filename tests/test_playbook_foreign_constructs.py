@@ -294,7 +294,8 @@ def test_whole_row_reads_tl_range_loops():
 @pytest.mark.parametrize("spec,entry", [
     ("ENTRY = 'norm_forward'\n", ("norm_forward",)),
     ("import torch\n", ("run",)),
-    ("def entry(target, x):\n    y = target.norm(x)\n    return target.NormFunction.apply(y)\n", ("NormFunction", "norm")),
+    ("def entry(target, x):\n    y = target.norm(x)\n    return target.NormFunction.apply(y)\n",
+     ("NormFunction", "norm")),
     ("def entry(mod, **inputs):\n    return mod.norm_forward(**inputs)[0]\n", ("norm_forward",)),
     ("def entry(target, x):\n    return x\n", ()),
     ("this is not python(\n", ()),

@@ -21,7 +21,8 @@ from playbook.cst.entry import entry_beside
 
 
 def add_playbook(sub) -> None:
-    sp = sub.add_parser("playbook", help="the recipes: list | show <id> | apply <id> <target> --dry-run | plan <target>")
+    sp = sub.add_parser("playbook",
+                        help="the recipes: list | show <id> | apply <id> <target> --dry-run | plan <target>")
     sp.add_argument("action", choices=["list", "show", "apply", "plan"])
     sp.add_argument("recipe", nargs="?", help="recipe id (show, apply); the kernel file (plan)")
     sp.add_argument("target", nargs="?", help="kernel file (apply)")
@@ -119,7 +120,8 @@ def _plan(args) -> int:
                "applicable": applicable, "not_applicable": not_applicable}
     lines = [f"{target}: {an.language} {an.kernel_class}; forward path of {an.entry_text()}: "
              + (", ".join(sorted(an.forward)) if an.forward is not None else "every kernel"), "", "applicable:"]
-    lines += [f"  {a['id']}: {a['candidates']} candidate(s), first: {a['optimization']}" for a in applicable] or ["  none"]
+    lines += [f"  {a['id']}: {a['candidates']} candidate(s), first: {a['optimization']}"
+              for a in applicable] or ["  none"]
     lines += ["", "not applicable:"] + [f"  {n['id']}: {n['reason']}" for n in not_applicable]
     emit(args, payload, "\n".join(lines))
     return 0

@@ -62,15 +62,16 @@ def calls(node: cst.CSTNode, base: str | None, *attrs: str) -> list[cst.Call]:
 
 
 def device_math(module: cst.Module) -> set[str]:
-    """Local names the module binds to Triton's device functions or their modules, anywhere at
-    module level (also inside `try`/`if`): `from triton.language.extra.libdevice import rsqrt`,
+    """Local names the module binds to Triton's device functions or their modules, by imports
+    anywhere in it (also inside `try`/`if`): `from triton.language.extra.libdevice import rsqrt`,
     `from triton.language.extra import libdevice`, `import triton.language.extra.cuda.libdevice as ld`."""
     out: set[str] = set()
     for node in walk(module):
         if isinstance(node, cst.FunctionDef):
             continue
         if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-            if (_dotted(node.module) or "").startswith("triton.language") and not isinstance(node.names, cst.ImportStar):
+            if (_dotted(node.module) or "").startswith("triton.language") \
+                    and not isinstance(node.names, cst.ImportStar):
                 for name in node.names:
                     local = name.asname.name if name.asname is not None else name.name
                     if isinstance(local, cst.Name):

@@ -216,7 +216,8 @@ class TritonAutotune(PatternRecipe):
                                           kept=f"{' and '.join(kept)} {'stays' if len(kept) == 1 else 'stay'}",
                                           it="it" if len(kept) == 1 else "them")
         return Candidate(self.id, "autotune", f"{self.id}:{name}",
-                         f"{name}: @triton.autotune over {space} ({n_configs} configs, key {', '.join(key)})", hyp, code)
+                         f"{name}: @triton.autotune over {space} ({n_configs} configs, key {', '.join(key)})",
+                         hyp, code)
 
 
 def _space(fn: cst.FunctionDef, al: Aliases, blocks: list[BlockSize], options: dict[str, tuple[int, str | None]]

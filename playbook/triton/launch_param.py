@@ -177,7 +177,7 @@ class LaunchParam(PatternRecipe):
         module = parse(source)
         launches, left = forward_launches(module, analysis)
         if not launches:
-            raise Skip("; ".join([off_path_reason(left, analysis)] if left else []) or "no launch of a @triton.jit kernel")
+            raise Skip(off_path_reason(left, analysis) if left else "no launch of a @triton.jit kernel")
         sites, computed = _sites(module, launches)
         out = self._steps(source, module, sites)
         for launch, value in computed:

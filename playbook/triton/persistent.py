@@ -93,7 +93,8 @@ def _device_tensor(launch: Launch, fn: cst.FunctionDef) -> str:
             if name not in tensors and len(values) == 1 and _from_tensor(values[0], tensors):
                 tensors.add(name)
                 changed = True
-    found = [(not pname.endswith("ptr"), value.value) for pname, value in bound_args(launch, [p.name.value for p in params(fn)])
+    bound = bound_args(launch, [p.name.value for p in params(fn)])
+    found = [(not pname.endswith("ptr"), value.value) for pname, value in bound
              if isinstance(value, cst.Name) and value.value in tensors]
     if not found:
         raise Skip(f"cannot tell which tensor argument of {launch.wrapper.name.value} gives the device (for its SM count)")
@@ -327,8 +328,8 @@ class TritonPersistent(PatternRecipe):
         steps = self._steps(module)
         helpers = triton_helpers(module, al)
         out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(
-            module, al, fn, only_launch(name, launches), {**helpers, **{k: f for k, f in kernels.items() if k != name}}),
-            analysis)
+            module, al, fn, only_launch(name, launches),
+            {**helpers, **{k: f for k, f in kernels.items() if k != name}}), analysis)
         return proposed(steps + out, reasons, "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch,

@@ -1,18 +1,19 @@
 """Recipe `triton-whole-row`: a Triton row kernel that walks its row in chunks of BLOCK columns,
-pass after pass (max, then sum, then normalise), gets a twin that holds the whole row in one block
-and reads it once; the chunked kernel stays for rows wider than the twin's limit.
+pass after pass (max, then sum, then normalise), gets a twin that holds the whole row in one block,
+with no chunk loop; the chunked kernel stays for rows wider than the twin's limit.
 
 Why: a chunked row kernel reads each row once per pass and recomputes what the passes share
 (softmax computes exp(x - max) twice). At the widest benchmark row (16384 fp16 columns) the tuned
 chunked softmax and layernorm kept SM issue 71-75% busy with DRAM at 46-48% on an H200, and
 reached 0.75-0.77 of clone bandwidth: they are bound by instructions, not bytes. With the whole
-row in registers the passes become one straight-line block: one load of the row, its values
-reused by every statistic, one store.
+row in registers the passes become one straight-line block: where the passes load the row the
+same way, one load of the row, its values reused by every statistic, one store.
 
 Pattern, recognised exactly (anything else is a Skip with the reason):
 
 * the kernel's loops are all statements of its body (not nested) of the form
-  `for v in range(0, N, B):` with the same N, a runtime parameter (the row width), and the same B,
+  `for v in range(0, N, B):` (or `tl.range(0, N, B)`) with the same N, a runtime parameter (the
+  row width), and the same B,
   a `tl.constexpr` parameter (the chunk); no `else`, `break` or `continue`; v, N and B are never
   assigned;
 * every `tl.store` in those loops has a mask, so a row of width 0 stores nothing either way;
@@ -22,12 +23,15 @@ Pattern, recognised exactly (anything else is a Skip with the reason):
 
 The rewrite:
 
-* adds the twin `<kernel>_row` after the kernel, under `@triton.jit` alone (an autotune on the
-  kernel tunes the chunk, which the twin does not have). Each loop becomes `v = 0` followed by its
-  body: when B >= N the loop runs exactly once with v = 0. Then an assignment that recomputes the
-  value its name already holds (the second pass's `cols = ...` and `x = tl.load(...)`, when
-  nothing they read was assigned since and no store came between) is dropped, so the row is
-  loaded once and what the passes share is computed once;
+* adds the twin `<kernel>_row` after the kernel, under its `@triton.jit` and `@triton.heuristics`
+  (an autotune on the kernel tunes the chunk, which the twin does not have). Each loop becomes
+  `v = 0` followed by its body: when B >= N the loop runs exactly once with v = 0. Then an
+  assignment that recomputes the value its name already holds (the second pass's `cols = ...` and
+  `x = tl.load(...)`, when nothing they read was assigned since and no store came between) is
+  dropped (playbook/triton/repeated_values.py). Where every pass loads the row the same way, the
+  twin loads it once (softmax); a load written differently stays (rmsnorm and layernorm load
+  under `mask=mask` in their last pass), and the candidate's comments and hypothesis count the
+  load sites of the twin as it is: "the row is read once" only where that is so;
 * launches the twin from the wrapper with B = `triton.next_power_of_2(N)` when that is at most
   `MAX_ROW_BLOCK` (a new module constant, 16384: 16 fp32 values per thread at 32 warps); wider
   rows launch the kernel as it was. The twin is a new kernel with no launch configuration of its
@@ -105,8 +109,9 @@ def _row_loops(fn: cst.FunctionDef, al: Aliases) -> tuple[list[cst.For], str, st
                 and isinstance(args[1].value, cst.Name) and args[1].value.value in pnames - constexpr
                 and isinstance(args[2].value, cst.Name) and args[2].value.value in constexpr
                 and isinstance(loop.target, cst.Name)):
+            loop_code = " ".join(code_of(it).split())
             raise Skip(f"{name}: a loop that is not `for v in range(0, n, BLOCK)` (or tl.range) over a runtime "
-                       f"width n and a constexpr BLOCK: `for {code_of(loop.target)} in {' '.join(code_of(it).split())}`")
+                       f"width n and a constexpr BLOCK: `for {code_of(loop.target)} in {loop_code}`")
         here = (args[1].value.value, args[2].value.value)
         if pair is not None and here != pair:
             raise Skip(f"{name}: its loops walk different extents ({', '.join(pair)} and {', '.join(here)})")
