@@ -304,6 +304,12 @@ def test_the_entry_point_a_spec_names(spec, entry):
     assert spec_entry(spec) == entry
 
 
+def test_kernels_picked_from_a_module_level_table_are_reached():
+    source = AUTOGRAD.replace("def norm_forward(x):", "KERNELS = {\"fwd\": _fwd_kernel}\n\n\ndef norm_forward(x):")
+    source = source.replace("    _fwd_kernel[(n_rows,)](", "    KERNELS[\"fwd\"][(n_rows,)](")
+    assert analyze(source).forward == {"_fwd_kernel"}
+
+
 def test_an_entry_point_the_module_does_not_have_falls_back_to_the_default_reading():
     an = analyze(AUTOGRAD, entry=("run",))  # the default name; this module has no run
     assert an.entry == ("NormFunction.forward",) and an.forward == {"_fwd_kernel"}

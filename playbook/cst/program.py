@@ -175,7 +175,10 @@ def _edges(host: Host, qualname: str, kernels: set[str]) -> tuple[set[str], set[
     for base, attr in r.attrs:
         if cls is not None and base in ("self", "cls"):
             out.update(_resolve(host, f"{cls}.{attr}"))
-    return out, r.names & kernels
+    launched = r.names & kernels
+    for name in r.names & set(host.aliases):  # a module-level table of kernels: `KERNELS = {"a": k1}`
+        launched |= refs(host.aliases[name]).names & kernels
+    return out, launched
 
 
 @dataclass(frozen=True)
