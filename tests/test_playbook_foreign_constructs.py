@@ -338,3 +338,51 @@ def run(x, out):
     return out
 '''
     assert analyze(source).kernel_class == "element-wise"
+
+
+MOVED = HEAD + '''
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    x_ptr += pid * BLOCK
+    out_ptr += pid * BLOCK
+    offs = tl.arange(0, BLOCK)
+    mask = pid * BLOCK + offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def run(x, out):
+    n = x.numel()
+    scale_kernel[(triton.cdiv(n, 16),)](x, out, n, BLOCK=16, num_warps=4)
+    return out
+'''
+
+CHECK = '''
+import sys, torch
+sys.path.insert(0, {folder!r})
+import moved
+x = torch.randn(16 * 100 + 5)
+out = torch.zeros_like(x)
+moved.run(x, out)
+assert moved.PROGRAMS_PER_SM < 101, moved.PROGRAMS_PER_SM  # fewer programs than blocks: each does several
+assert torch.equal(out, x * 2), (out - x * 2).abs().max()
+print("ok")
+'''
+
+
+@pytest.mark.slow
+def test_persistent_copies_of_moved_pointers_compute_every_item_in_the_interpreter(tmp_path):
+    """Each program walks several blocks; without a fresh copy of x_ptr per block, the second
+    block would start where the first one's pointer was left."""
+    import os
+    import subprocess
+    import sys
+
+    (c,) = cands("triton-persistent", MOVED)
+    assert "        x_ptr_item = x_ptr\n" in c.source
+    (tmp_path / "moved.py").write_text(c.source)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", CHECK.format(folder=str(tmp_path))], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
