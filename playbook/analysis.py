@@ -1,12 +1,20 @@
-"""Static analysis of a target: kernel class from the AST, never from regex on source text."""
+"""Static analysis of a target: its language, the kernels its entry point's forward path can
+launch, and their class (from the calls in those kernels and the device helpers they call), read
+from the syntax tree, never by regex on source text."""
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from dataclasses import dataclass
+from typing import Sequence
+
+import libcst as cst
 
 from loop.common.language import detect_language
+from playbook.cst.aliases import aliases
+from playbook.cst.program import forward_path, reached_helpers, split_device
 
 REDUCTIONS = {"sum", "max", "min", "reduce", "argmax", "argmin", "xor_sum"}
 NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}
@@ -88,6 +96,8 @@ class Analysis:
     bottleneck: str | None = None  # measured (tileloop profile); None: the static order
     backend: str | None = None  # the run's target backend (ptx | tileir | interpreter | cutile); None: not known
     arch: str | None = None  # the run's GPU architecture, e.g. "sm_100"; None: not known (a CPU run, a preview)
+    entry: tuple[str, ...] = ()  # the host functions the forward path was read from (run, Fn.forward, ...)
+    forward: frozenset[str] | None = None  # kernels that path can launch; None: not known (every kernel counts)
 
     def __post_init__(self):
         if self.bottleneck is not None and self.bottleneck not in BOTTLENECK_ORDER:
@@ -114,6 +124,13 @@ class Analysis:
             return out + [f"normalisation: calls {named(NORM_HINTS)}"]
         return out + [f"no normalisation ({', '.join(sorted(NORM_HINTS))})"]
 
+    def on_path(self, kernel: str) -> bool:
+        """Whether the entry point's forward path can launch `kernel` (True when that is not known)."""
+        return self.forward is None or kernel in self.forward
+
+    def entry_text(self) -> str:
+        return " / ".join(self.entry) or "the entry point"
+
     def priority(self) -> list[str]:
         table = CUTILE_PRIORITY if self.language == "cutile" else TRITON_PRIORITY
         order = list(table[self.kernel_class])
@@ -124,22 +141,49 @@ class Analysis:
         return [*promote, *rest, *(k for k in order if k in demote)]
 
 
-def _called_attrs(tree: ast.AST) -> set[str]:
+_BUILTINS = set(dir(builtins))  # min(), max(), range() in a kernel are Python on scalars, not reductions
+
+
+def _called_names(nodes: Sequence[ast.AST], calls_by_name: bool = True) -> set[str]:
+    """The functions and methods `nodes` call: `tl.sum(...)` -> sum, `x.to(...)` -> to, and (in
+    device code) `rsqrt(...)` of an imported libdevice function, never a Python builtin."""
     names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            fn = node.func
-            if isinstance(fn, ast.Attribute):
-                names.add(fn.attr)
-            elif isinstance(fn, ast.Name):
-                names.add(fn.id)
+    for tree in nodes:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                if isinstance(fn, ast.Attribute):
+                    names.add(fn.attr)
+                elif isinstance(fn, ast.Name) and (calls_by_name or fn.id not in _BUILTINS):
+                    names.add(fn.id)
     return names
 
 
-def analyze(source: str, bottleneck: str | None = None, backend: str | None = None, arch: str | None = None) -> Analysis:
+def _forward_device_code(source: str, tree: ast.Module, entry: tuple[str, ...]
+                         ) -> tuple[list[ast.AST], tuple[str, ...], frozenset[str] | None]:
+    """The device functions the forward path runs (its kernels and the helpers they call), the
+    roots of that path, and its kernels (None when no root is found)."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        return [], (), None
+    al = aliases(module)
+    kernels, helpers = split_device(module, al)
+    path = forward_path(module, al, set(kernels), entry) if kernels else None
+    launched = [kernels[k] for k in kernels if path is None or k in path.kernels] or list(kernels.values())
+    names = {f.name.value for f in [*launched, *reached_helpers(launched, helpers).values()]}
+    device = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    return device, (path.roots if path else ()), (path.kernels if path else None)
+
+
+def analyze(source: str, bottleneck: str | None = None, backend: str | None = None, arch: str | None = None,
+            entry: Sequence[str] = ()) -> Analysis:
+    """The analysis of a target's source; `entry`: the names its spec calls (ENTRY, or what an
+    entry adapter reads of the target), default `run` or the autograd forwards (playbook/cst/program.py)."""
     tree = ast.parse(source)
     language = detect_language(tree) or "triton"
-    calls = _called_attrs(tree)
+    device, roots, forward = _forward_device_code(source, tree, tuple(entry))
+    calls = _called_names(device, calls_by_name=False) if device else _called_names([tree])
     if "dot" in calls or "mma" in calls:
         cls = "dot"
     elif calls & REDUCTIONS and calls & NORM_HINTS:
@@ -148,7 +192,7 @@ def analyze(source: str, bottleneck: str | None = None, backend: str | None = No
         cls = "reduction"
     else:
         cls = "element-wise"
-    return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch)
+    return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch, roots, forward)
 
 
 def kernel_names(source: str, language: str) -> list[str]:

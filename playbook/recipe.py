@@ -10,7 +10,7 @@ why when they do not.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from playbook.analysis import Analysis
 from playbook.cst.source import Skip
@@ -96,15 +96,43 @@ class PatternRecipe:
         return self.attempt(source, analysis)[1]
 
 
-def per_kernel(kernels: dict, attempt: Callable[[str, object], object]) -> tuple[list, list[str]]:
-    """`attempt(name, fn)` for each kernel: the candidates it made, and the Skip reasons of the
-    kernels it does not fit (a recipe proposes for every kernel that fits)."""
+def off_path(kernels: Iterable[str], analysis: Analysis | None) -> list[str]:
+    """Of `kernels`, those the entry point's forward path cannot launch (none when that is not known)."""
+    return [] if analysis is None else [k for k in kernels if not analysis.on_path(k)]
+
+
+def off_path_reason(left: list[str], analysis: Analysis) -> str:
+    """Why a recipe leaves `left` alone: the entry point never runs them."""
+    verb = "is" if len(left) == 1 else "are"
+    return (f"{', '.join(left)} {verb} not on the forward path of {analysis.entry_text()} (launched only by a "
+            f"backward pass, or not at all): left alone")
+
+
+def on_path(kernels: dict, analysis: Analysis | None) -> dict:
+    """`kernels` without those the entry point's forward path cannot launch; Skip with the reason
+    when none is left."""
+    left = off_path(kernels, analysis)
+    if kernels and len(left) == len(kernels):
+        raise Skip(off_path_reason(left, analysis))
+    return {name: fn for name, fn in kernels.items() if name not in left}
+
+
+def per_kernel(kernels: dict, attempt: Callable[[str, object], object],
+               analysis: Analysis | None = None) -> tuple[list, list[str]]:
+    """`attempt(name, fn)` for each kernel on the forward path of the analysis' entry point: the
+    candidates it made, and the Skip reasons of the kernels it does not fit (a recipe proposes for
+    every kernel that fits) and of those the entry point never launches."""
     out, reasons = [], []
+    left = off_path(kernels, analysis)
     for name, fn in kernels.items():
+        if name in left:
+            continue
         try:
             out.append(attempt(name, fn))
         except Skip as exc:
             reasons.append(str(exc))
+    if left:
+        reasons.append(off_path_reason(left, analysis))
     return out, reasons
 
 

@@ -101,11 +101,15 @@ def run_backward(x, y, out):
 
 
 def two_kernels(source: str) -> str:
-    """vector_add whose kernel already evicts its loads first, plus a backward kernel its `run`
-    never launches: the eviction recipe's one candidate touches only the backward kernel."""
+    """vector_add whose kernel already evicts its loads first, plus a second kernel that `run` reaches
+    only on a branch no checked shape takes (so a reading of the source counts it on the forward path,
+    and only the checks' record shows it never ran): the eviction recipe's one candidate touches only it."""
     for name in ("x_ptr", "y_ptr"):
         source = source.replace(f"tl.load({name} + offs, mask=mask)",
                                 f'tl.load({name} + offs, mask=mask, eviction_policy="evict_first")')
+    source = source.replace("def run(x, y, out):\n    n = out.numel()\n",
+                            "def run(x, y, out):\n    n = out.numel()\n    if n < 0:\n        return run_backward(x, y, out)\n")
+    assert "run_backward(x, y, out)" in source
     return source + TWO_KERNELS
 
 

@@ -135,7 +135,7 @@ def classify(exp) -> tuple[str | None, list[str]]:
     source = (gitops.show_file(exp.root, s.best_commit, s.target) if s.best_commit
               else (exp.root / s.target).read_text())
     try:
-        an = analyze(source)
+        an = analyze(source, entry=exp.entry())
     except SyntaxError as exc:
         return None, [f"{s.target} does not parse: {exc.msg} (line {exc.lineno})"]
     return an.kernel_class, an.reasons()

@@ -1,5 +1,10 @@
-"""`tileloop playbook list | show <id> | apply <id> <target> --dry-run`: the recipes, their pages, and
-the diff each would make (nothing is changed)."""
+"""`tileloop playbook list | show <id> | apply <id> <target> --dry-run | plan <target>`: the recipes,
+their pages, the diff each would make, and which of them apply to a target and why the others do
+not (nothing is changed).
+
+A target is read from the entry point its spec names (ENTRY, or what an `entry(target, **inputs)`
+adapter reads of it: the spec.py beside the target), or `--entry`; recipes change only the kernels
+that entry point's forward path launches."""
 
 from __future__ import annotations
 
@@ -10,20 +15,29 @@ import playbook
 from loop.cli.common import common, emit
 from loop.common.errors import UserError
 from loop.records.perf_table import markdown_table
-from playbook.analysis import analyze
+from playbook.analysis import Analysis, analyze
 from playbook.base import attempt, inapplicable, page_text
+from playbook.cst.entry import entry_beside
 
 
 def add_playbook(sub) -> None:
-    sp = sub.add_parser("playbook", help="the recipes: list | show <id> | apply <id> <target> --dry-run")
-    sp.add_argument("action", choices=["list", "show", "apply"])
-    sp.add_argument("recipe", nargs="?", help="recipe id (show, apply)")
+    sp = sub.add_parser("playbook",
+                        help="the recipes: list | show <id> | apply <id> <target> --dry-run | plan <target>")
+    sp.add_argument("action", choices=["list", "show", "apply", "plan"])
+    sp.add_argument("recipe", nargs="?", help="recipe id (show, apply); the kernel file (plan)")
     sp.add_argument("target", nargs="?", help="kernel file (apply)")
     sp.add_argument("--dry-run", action="store_true", help="apply: print the diff of each candidate, change nothing")
+    sp.add_argument("--entry", action="append", metavar="NAME",
+                    help="apply, plan: the target's entry point (a function or class of it; repeatable); default: "
+                         "what the spec beside the target calls, else run or the autograd forwards")
+    sp.add_argument("--backend", help="apply, plan: the run's target backend (ptx, tileir, interpreter, cutile)")
+    sp.add_argument("--arch", help="apply, plan: the run's GPU architecture, e.g. sm_100")
     common(sp, run_opt=False)
 
 
 def cmd_playbook(args, settings) -> int:
+    if args.action == "plan":
+        return _plan(args)
     if args.action == "list":
         rows = [{"id": r.id, "languages": ",".join(r.languages), "title": r.title} for r in playbook.recipes()]
         emit(args, {"recipes": rows}, markdown_table(rows))
@@ -38,16 +52,25 @@ def cmd_playbook(args, settings) -> int:
     return _apply(args, recipe)
 
 
+def _read(target: str, args) -> tuple[str, Analysis]:
+    """The target's source and its analysis from the entry point its spec (or --entry) names."""
+    path = Path(target)
+    if not path.is_file():
+        raise UserError(f"target {target} does not exist", hint="name a kernel file: tileloop playbook plan <target>")
+    src = path.read_text()
+    try:
+        an = analyze(src, backend=args.backend, arch=args.arch, entry=tuple(args.entry or entry_beside(path)))
+    except SyntaxError as exc:
+        raise UserError(f"target {target} does not parse: line {exc.lineno}: {exc.msg}") from None
+    return src, an
+
+
 def _apply(args, recipe) -> int:
     if not args.target:
         raise UserError("playbook apply needs a target file")
     if not args.dry_run:
         raise UserError("playbook apply only previews (--dry-run); use tileloop run or step to change a kernel")
-    path = Path(args.target)
-    if not path.is_file():
-        raise UserError(f"target {args.target} does not exist")
-    src = path.read_text()
-    an = analyze(src)
+    src, an = _read(args.target, args)
     if an.language not in recipe.languages or not recipe.applies(an):
         cands = []
         note = f"{recipe.id} {inapplicable(recipe, an)}"
@@ -60,6 +83,47 @@ def _apply(args, recipe) -> int:
                                                    f"a/{args.target}", f"b/{args.target}"))} for c in cands]
     emit(args, {"recipe": recipe.id, "target": args.target, "kernel_class": an.kernel_class, "note": note, "candidates": diffs},
          note + "".join(f"\n\n# {d['optimization']}: {d['hypothesis']}\n{d['diff']}" for d in diffs))
+    return 0
+
+
+def one_line(reason: str | None, fallback: str) -> str:
+    """A reason as one line of text (a recipe's Skip may quote code over several lines)."""
+    text = " ".join((reason or "").split())
+    return text or fallback
+
+
+def _plan(args) -> int:
+    """Every recipe of the target's language: the ones that apply (their candidates) and, for each
+    other one, why not, in one line."""
+    target = args.recipe
+    if not target:
+        raise UserError("playbook plan needs a target file", hint="tileloop playbook plan <kernel file> [--json]")
+    src, an = _read(target, args)
+    applicable, not_applicable = [], []
+    for recipe in playbook.recipes():
+        if an.language not in recipe.languages:
+            continue
+        if not recipe.applies(an):
+            not_applicable.append({"id": recipe.id, "reason": one_line(
+                inapplicable(recipe, an), "does not apply to this kernel")})
+            continue
+        cands, why = attempt(recipe, src, an)
+        if cands:
+            first = cands[0]
+            applicable.append({"id": recipe.id, "candidates": len(cands), "optimization": first.title,
+                               "hypothesis": first.hypothesis})
+        else:
+            not_applicable.append({"id": recipe.id, "reason": one_line(
+                why, f"does not recognise its pattern in {target}")})
+    payload = {"target": target, "language": an.language, "kernel_class": an.kernel_class, "entry": list(an.entry),
+               "forward_kernels": sorted(an.forward) if an.forward is not None else None,
+               "applicable": applicable, "not_applicable": not_applicable}
+    lines = [f"{target}: {an.language} {an.kernel_class}; forward path of {an.entry_text()}: "
+             + (", ".join(sorted(an.forward)) if an.forward is not None else "every kernel"), "", "applicable:"]
+    lines += [f"  {a['id']}: {a['candidates']} candidate(s), first: {a['optimization']}"
+              for a in applicable] or ["  none"]
+    lines += ["", "not applicable:"] + [f"  {n['id']}: {n['reason']}" for n in not_applicable]
+    emit(args, payload, "\n".join(lines))
     return 0
 
 

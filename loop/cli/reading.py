@@ -83,7 +83,7 @@ def cmd_report(args, settings) -> int:
         final = measure_final(exp, settings)
     png = exp.dir / "latency.png"
     report.plot(recs, png, any(r.interpreter for r in recs))
-    text = report.render(exp.state, recs, exp.root, final, png.name)
+    text = report.render(exp.state, recs, exp.root, final, png.name, exp.entry())
     path = exp.dir / "report.md"
     atomic_write_text(path, text)
     emit(args, {"run": exp.state.run_id, "report": str(path.relative_to(exp.root)), "plot": str(png.relative_to(exp.root)),

@@ -68,11 +68,11 @@ def plot(records: list[Record], path: Path, interpreter: bool) -> None:
     plt.close(fig)
 
 
-def render(state, records: list[Record], root: Path, final: dict | None, png_name: str) -> str:
+def render(state, records: list[Record], root: Path, final: dict | None, png_name: str, entry: tuple = ()) -> str:
     interpreter = any(r.interpreter for r in records)
     unit = " (Triton interpreter on CPU, not GPU timings)" if interpreter else ""
     src = (root / state.target).read_text()
-    an = analyze(src)
+    an = analyze(src, entry=entry)
     base, best = records[0], next(r for r in reversed(records) if r.status == "keep")
     shapes = best.backends[state.target_backend].shapes if best.backends.get(state.target_backend) else []
     lines = [f"# tileloop report: {state.run_id}", ""]

@@ -23,6 +23,7 @@ from loop.records.perf_table import Row, render_perf_results
 from loop.records.results import Record, read_records
 from loop.run import state as st
 from loop.run.progress import ProgressView, plain_log
+from playbook.cst.entry import spec_entry
 
 Log = Callable[[str], None]
 stderr_log = plain_log
@@ -129,6 +130,15 @@ class RunCore:
         if head != self.state.best_commit:
             raise UserError(f"branch tip {head[:10]} is not the run's best commit {self.state.best_commit[:10]}",
                             hint="tileloop resume repairs an interrupted iteration")
+
+    def entry(self) -> tuple[str, ...]:
+        """The target's entry point as its spec names it (ENTRY, or what an entry adapter calls): the
+        playbook reads the forward path from there; () for a run without a spec (the default)."""
+        spec = self.root / self.state.spec if self.state.spec else None
+        try:
+            return spec_entry(spec.read_text()) if spec else ()
+        except (OSError, UnicodeDecodeError):
+            return ()
 
     @property
     def arch(self) -> str:

@@ -73,7 +73,7 @@ class Recording(RunCore):
     def remember(self, record: Record) -> None:
         """One experience entry per finished experiment (never fatal: experience is advisory)."""
         try:
-            cls = analyze(gitops.show_file(self.root, self.state.best_commit, self.state.target)).kernel_class
+            cls = analyze(gitops.show_file(self.root, self.state.best_commit, self.state.target), entry=self.entry()).kernel_class
             experience.append(experience.Entry(
                 op=self.state.op, kernel_class=cls, language=self.state.language, backend=self.state.target_backend,
                 arch=self.arch, kind=record.kind or "agent", key=record.recipe or record.optimization,

@@ -53,7 +53,8 @@ class Screen:
 class Suggesting(Iteration):
     def _best(self) -> tuple[str, Analysis]:
         src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
-        return src, analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
+        return src, analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch,
+                             entry=self.entry())
 
     def incumbent_coverage(self) -> tuple[list[str] | None, list[str] | None]:
         """(kernels launched, host functions called) by the checks of the best version's last

@@ -29,7 +29,8 @@ class Unattended(Iteration):
                 stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
                 break
             src = (self.root / self.state.target).read_text()
-            an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
+            an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch,
+                         entry=self.entry())
             cand = self._injected(self.state.last_iteration + 1) or next_candidate(src, an, self.state.tried,
                                                                                     self.state.demoted,
                                                                                     self.state.skip_recipes)

@@ -59,3 +59,34 @@ def is_call(node: cst.CSTNode, base: str | None, *attrs: str) -> bool:
 
 def calls(node: cst.CSTNode, base: str | None, *attrs: str) -> list[cst.Call]:
     return [n for n in walk(node) if is_call(n, base, *attrs)]
+
+
+def device_math(module: cst.Module) -> set[str]:
+    """Local names the module binds to Triton's device functions or their modules, by imports
+    anywhere in it (also inside `try`/`if`): `from triton.language.extra.libdevice import rsqrt`,
+    `from triton.language.extra import libdevice`, `import triton.language.extra.cuda.libdevice as ld`."""
+    out: set[str] = set()
+    for node in walk(module):
+        if isinstance(node, cst.FunctionDef):
+            continue
+        if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+            if (_dotted(node.module) or "").startswith("triton.language") \
+                    and not isinstance(node.names, cst.ImportStar):
+                for name in node.names:
+                    local = name.asname.name if name.asname is not None else name.name
+                    if isinstance(local, cst.Name):
+                        out.add(local.value)
+        elif isinstance(node, cst.Import):
+            for name in node.names:
+                dotted = _dotted(name.name) or ""
+                if dotted.startswith("triton.language.") and name.asname is not None \
+                        and isinstance(name.asname.name, cst.Name):
+                    out.add(name.asname.name.value)
+    return out
+
+
+def root_name(node: cst.BaseExpression) -> str | None:
+    """The name an attribute chain starts from: `tl.extra.cuda.libdevice.rsqrt` -> tl."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None

@@ -61,6 +61,8 @@ def add_module_constant(module: cst.Module, name: str, value: int, comment: str 
 
 def drop_constants(module: cst.Module, names: set[str]) -> cst.Module:
     """Remove module-level `NAME = <int>` lines for `names` that nothing reads any more."""
+    if not names:
+        return module
     body = list(module.body)
     references = global_references(module)
     out: list[cst.CSTNode] = []

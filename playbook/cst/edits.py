@@ -37,6 +37,13 @@ class ShiftContinuation(cst.CSTTransformer):
         return updated
 
 
+def shift_aligned(node: cst.CSTNode, opening: cst.BaseParenthesizableWhitespace, by: int) -> cst.CSTNode:
+    """`node` with its continuation lines `by` columns further right, when they are aligned with an
+    opening parenthesis whose `opening` whitespace (just after it) stays on its line; a hanging
+    indent (a line break right after the parenthesis) does not move with a longer name."""
+    return node if isinstance(opening, cst.ParenthesizedWhitespace) else node.visit(ShiftContinuation(by))
+
+
 # ----------------------------------------------------------------------------------- keyword arguments
 
 
@@ -66,16 +73,19 @@ def add_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
         if isinstance(last.comma, cst.Comma):  # trailing comma: the new argument goes after it, with one too
             new = new.with_changes(comma=last.comma)
             args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        else:
-            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        else:  # the whitespace before the closing parenthesis follows the new last argument
+            new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+                                         whitespace_after_arg=cst.SimpleWhitespace(""))
     return call.with_changes(args=[*args, new])
 
 
 def remove_kwargs(call: cst.Call, names: set[str]) -> cst.Call:
     """`call` without the keyword arguments in `names`; the new last argument keeps the old
-    last argument's trailing comma (or none)."""
+    last argument's trailing comma (or none) and the whitespace after it (a closing parenthesis
+    on a line of its own stays there)."""
     args = list(call.args)
     kept = [a for a in args if not (a.keyword is not None and a.keyword.value in names)]
     if kept and args and kept[-1] is not args[-1]:
-        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma, whitespace_after_arg=args[-1].whitespace_after_arg)
     return call.with_changes(args=kept)

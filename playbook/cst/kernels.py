@@ -8,6 +8,7 @@ from typing import Callable
 import libcst as cst
 
 from playbook.cst.aliases import Aliases, aliases, is_attr
+from playbook.cst.program import split_device
 from playbook.cst.source import Skip, walk
 
 
@@ -30,19 +31,35 @@ def is_ct_kernel(dec: cst.Decorator, al: Aliases) -> bool:
 def above_jit(decorator_code: str, al: Aliases) -> Callable[[cst.FunctionDef], cst.FunctionDef]:
     """A function-definition updater (for `replace`) that puts the decorator written in
     `decorator_code` (`@...` source ending in a newline) right above the function's @triton.jit,
-    taking over the blank lines that stood before the jit decorator."""
+    or above its @triton.heuristics when one sits over the jit (heuristics fill constexprs in
+    for every config), taking over the blank lines that stood before that decorator."""
     new = cst.parse_module(decorator_code + "def _f():\n    pass\n").body[0].decorators[0]
 
     def update(upd: cst.FunctionDef) -> cst.FunctionDef:
-        decs = []
-        for dec in upd.decorators:
-            if is_triton_jit(dec, al):
-                decs.append(new.with_changes(leading_lines=dec.leading_lines))
-                dec = dec.with_changes(leading_lines=())
-            decs.append(dec)
+        decs = list(upd.decorators)
+        jit = next((i for i, d in enumerate(decs) if is_triton_jit(d, al)), None)
+        if jit is None:
+            return upd
+        at = jit
+        while at > 0 and is_triton_decorator(decs[at - 1], al, "heuristics"):
+            at -= 1
+        decs[at:at] = [new.with_changes(leading_lines=decs[at].leading_lines)]
+        decs[at + 1] = decs[at + 1].with_changes(leading_lines=())
         return upd.with_changes(decorators=decs)
 
     return update
+
+
+def heuristic_names(fn: cst.FunctionDef, al: Aliases) -> set[str]:
+    """The constexprs an @triton.heuristics({...}) on the kernel computes (they are not launch arguments)."""
+    out: set[str] = set()
+    for dec in fn.decorators:
+        if is_triton_decorator(dec, al, "heuristics") and isinstance(dec.decorator, cst.Call) and dec.decorator.args:
+            values = dec.decorator.args[0].value
+            if isinstance(values, cst.Dict):
+                out |= {str(e.key.evaluated_value) for e in values.elements
+                        if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)}
+    return out
 
 
 def module_functions(module: cst.Module) -> list[cst.FunctionDef]:
@@ -58,7 +75,16 @@ def triton_aliases(module: cst.Module) -> Aliases:
 
 
 def triton_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
-    return {f.name.value: f for f in module_functions(module) if any(is_triton_jit(d, al) for d in f.decorators)}
+    """The module's @triton.jit kernels: not the @triton.jit helpers that kernels call and no
+    host code refers to (`silu(x)` in a kernel body; playbook/cst/program.py)."""
+    kernels, _ = split_device(module, al)
+    return {name: f for name, f in kernels.items() if any(is_triton_jit(d, al) for d in f.decorators)}
+
+
+def triton_helpers(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
+    """The @triton.jit helpers: device functions that kernels call, never launched."""
+    _, helpers = split_device(module, al)
+    return {name: f for name, f in helpers.items() if any(is_triton_jit(d, al) for d in f.decorators)}
 
 
 def cutile_kernels(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:

@@ -20,7 +20,7 @@ from playbook.cst.edits import add_kwarg, has_kwarg, kwarg, kwarg_value, replace
 from playbook.cst.kernels import ct_kernels, params
 from playbook.cst.names import assignments
 from playbook.cst.source import Skip, checked, parse, walk
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 # cuda-tile 1.7.0: functions with a `flush_to_zero` / `rounding_mode` keyword (checked by the tests).
 FTZ_OPS = ("add", "cumprod", "cumsum", "exp2", "max", "maximum", "min", "minimum", "mul", "prod", "rsqrt", "sqrt",
@@ -106,6 +106,7 @@ class CuTileApprox(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al, kernels = ct_kernels(module)
+        kernels = on_path(kernels, analysis)
         ct = al.ct
         out = []
         exp_sites, div_sites, ftz_sites = [], [], []

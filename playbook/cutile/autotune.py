@@ -45,7 +45,7 @@ from playbook.cutile.tune_space import ARCHS, arch_for, space
 # the limits and knobs of the space, read together with the recipe that tunes over it
 from playbook.cutile.tune_space import HINTS, MAX_CONFIGS, ROW_LOOP_TILE_MAX, owned_knobs  # noqa: F401
 from playbook.cutile.tuned_launch import HELPER_NAMES, RUN_LOCALS, Pattern, rewrite
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 WRITE_OPS = ("store", "scatter")  # plus every ct.atomic_*
 
@@ -313,6 +313,7 @@ class CuTileAutotune(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         pat = recognise(module)
+        on_path({pat.kernel.name.value: pat.kernel}, analysis)
         row_loop = len(pat.knobs) == 1 and not pat.mma and has_loop(pat.kernel)
         spaces = {arch: space(arch_for(a, row_loop), pat.knobs, pat.occupancy, pat.num_ctas, pat.mma)
                   for arch, a in ARCHS.items()}

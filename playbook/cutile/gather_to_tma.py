@@ -32,7 +32,7 @@ from playbook.cst.kernels import cutile_kernels, params
 from playbook.cst.names import assignments
 from playbook.cst.source import Skip, checked, parse, walk
 from playbook.cutile.kernels import axis_of
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 # padding_value of a gather -> the ct.PaddingMode that loads the same value out of bounds
 PADDING = {"0": "ZERO", "0.0": "ZERO", "-0.0": "NEG_ZERO", "math.inf": "POS_INF", "-math.inf": "NEG_INF",
@@ -94,7 +94,7 @@ class CuTileGatherToTma(PatternRecipe):
         if not al.ct:
             raise Skip("needs `import cuda.tile as ct`")
         ct = al.ct
-        kernels = cutile_kernels(module, al)
+        kernels = on_path(cutile_kernels(module, al), analysis)
         mapping: dict[cst.CSTNode, object] = {}
         sites, reasons = [], []
         for name, fn in kernels.items():

@@ -116,7 +116,7 @@ class CuTileGrouped(PatternRecipe):
                 raise Skip(f"{name} has no ct.mma/ct.matmul")
             return self._rewrite(module, al.ct, fn)
 
-        return proposed(*per_kernel(kernels, attempt))
+        return proposed(*per_kernel(kernels, attempt, analysis))
 
     def _rewrite(self, module: cst.Module, ct: str, fn: cst.FunctionDef) -> Candidate:
         name = fn.name.value

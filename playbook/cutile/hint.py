@@ -96,6 +96,8 @@ class CuTileHint:
         for stmt in module.body:
             if not isinstance(stmt, cst.FunctionDef):
                 continue
+            if not analysis.on_path(stmt.name.value):
+                continue  # a kernel the entry point's forward path never launches
             for dec in stmt.decorators:
                 if not _is_ct_kernel(dec):
                     continue

@@ -13,7 +13,7 @@ from playbook.cst.kernels import ct_kernels
 from playbook.cst.names import assignments, depends_on
 from playbook.cst.source import Skip, checked, parse, walk
 from playbook.cutile.kernels import array_name
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 LATENCIES = (2, 4, 8)
 
@@ -36,8 +36,9 @@ class CuTileLatency(PatternRecipe):
     title = "latency=N hints (2, 4, 8) on ct.load of streaming inputs"
     languages = ("cutile",)
 
-    def streaming_loads(self, module: cst.Module) -> list[cst.Call]:
+    def streaming_loads(self, module: cst.Module, analysis: Analysis | None = None) -> list[cst.Call]:
         al, kernels = ct_kernels(module)
+        kernels = on_path(kernels, analysis)
         out = []
         for fn in kernels.values():
             roots = bid_names(fn, al.ct)
@@ -51,7 +52,7 @@ class CuTileLatency(PatternRecipe):
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
-        loads = self.streaming_loads(module)
+        loads = self.streaming_loads(module, analysis)
         if not loads:
             raise Skip("no ct.load whose index depends on the block id")
         current = set()

@@ -11,7 +11,7 @@ from playbook.cst.edits import add_kwarg, has_kwarg, kwarg, replace
 from playbook.cst.kernels import ct_kernels, is_ct_kernel
 from playbook.cst.source import Skip, checked, parse
 from playbook.cutile.kernels import MMA_OPS
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 
 @register
@@ -26,6 +26,7 @@ class CuTileNumCtas(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al, kernels = ct_kernels(module)
+        kernels = on_path(kernels, analysis)
         out = []
         for name, fn in kernels.items():
             if not calls(fn.body, al.ct, *MMA_OPS):

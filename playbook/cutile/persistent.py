@@ -252,7 +252,7 @@ class CuTilePersistent(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al, kernels = ct_kernels(module)
-        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al, fn))
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al, fn), analysis)
         try:
             out.append(self._step_up(module))
         except Skip as exc:
@@ -307,10 +307,11 @@ class CuTilePersistent(PatternRecipe):
         return Candidate(self.id, "persistent", f"{self.id}:{name}",
                          f"{name}: persistent grid, min({count_expr}, SMs x {k}) blocks looping over {what}",
                          f"{name}: a fixed grid of SMs x {k} blocks, each looping over {what} with stride "
-                         f"num_blocks, instead of one block per item: saves block launch and prologue costs and "
-                         f"overlaps one item's loads with the previous item's math; TileGym reports +50-300% when "
-                         f"there are far more items than 2 x SMs; expect a loss when there are fewer, or when {k} "
-                         f"block(s) per SM cannot hide memory latency (then raise {BLOCKS_PER_SM})", code)
+                         f"num_blocks, instead of one block per item: SMs x {k} block launches instead of one per "
+                         f"item, the whole body still run per item (nothing moves out of the loop; whether one "
+                         f"item's loads overlap the previous item's math is the compiler's); TileGym reports "
+                         f"+50-300% when there are far more items than 2 x SMs; expect a loss when there are fewer, "
+                         f"or when {k} block(s) per SM cannot hide memory latency (then raise {BLOCKS_PER_SM})", code)
 
 
 def _code(node: cst.BaseExpression) -> str:

@@ -41,7 +41,7 @@ from playbook.cst.names import assign_of, global_references
 from playbook.cst.source import Skip, checked, parse, walk
 from playbook.cst.templates import Rename, match, template, without_docstring
 from playbook.cutile.row_forms import CHUNKED, NEW_FREE, NEXT_POW2, TEMPLATE_FREE, WHOLE_ROW
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 CHUNK = "CHUNK"
 CHUNK_COLS = 1024  # columns per chunk: 8 fp32 values per thread at 128 threads, whatever the row width
@@ -250,6 +250,7 @@ class CuTileRowChunks(PatternRecipe):
     languages = ("cutile",)
 
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
+        on_path(ct_kernels(parse(source))[1], analysis)
         code, op, kernel = rewrite(source, CHUNK_COLS)
         passes = "one pass" if op == "row_sum" else "two passes (statistics, then the output)"
         return [Candidate(

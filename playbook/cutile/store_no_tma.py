@@ -11,7 +11,7 @@ from playbook.cst.edits import add_kwarg, has_kwarg, replace
 from playbook.cst.kernels import ct_kernels
 from playbook.cst.source import Skip, checked, parse
 from playbook.cutile.kernels import array_name
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, on_path, register
 
 
 @register
@@ -23,6 +23,7 @@ class CuTileStoreNoTma(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = parse(source)
         al, kernels = ct_kernels(module)
+        kernels = on_path(kernels, analysis)
         stores = [c for fn in kernels.values() for c in calls(fn.body, al.ct, "store") if not has_kwarg(c, "allow_tma")]
         if not stores:
             raise Skip("no ct.store without allow_tma")

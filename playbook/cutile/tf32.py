@@ -94,7 +94,7 @@ class CuTileTf32(PatternRecipe):
         if not al.ct:
             raise Skip("needs `import cuda.tile as ct`")
         kernels = cutile_kernels(module, al)
-        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al.ct, fn))
+        out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(module, al.ct, fn), analysis)
         return proposed(out, reasons, "no @ct.kernel function")
 
     def _rewrite(self, module: cst.Module, ct: str, fn: cst.FunctionDef) -> Candidate:

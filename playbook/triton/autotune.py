@@ -30,9 +30,10 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.cst.aliases import Aliases, calls
-from playbook.cst.constants import drop_constants, int_value, module_int_constants
+from playbook.cst.constants import drop_constants, module_int_constants
 from playbook.cst.edits import remove_kwargs, replace
-from playbook.cst.kernels import (above_jit, has_loop, is_constexpr, is_triton_decorator, params)
+from playbook.cst.kernels import above_jit, has_loop, heuristic_names, is_constexpr, is_triton_decorator, params
+from playbook.cst.launch_values import COMPUTED, CONSTANT, LITERAL, LOCAL, UNKNOWN, LaunchValue, launch_values
 from playbook.cst.launches import Launch, only_launch, read_triton
 from playbook.cst.names import global_references, names_in
 from playbook.cst.source import Skip, checked, walk
@@ -40,7 +41,7 @@ from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 from playbook.triton.autotune_key import tuning_key
 from playbook.triton.autotune_space import (CONFIG_OPTIONS, MAX_CONFIGS, UNSUPPORTED_LAUNCH_OPTIONS, block_space,
-                                            decorator_code, option_space)
+                                            decorator_code, option_space, warps_space)
 
 BlockSize = tuple[str, int, str | None]  # (keyword, value, the module constant holding it or None)
 
@@ -53,27 +54,35 @@ def _pow2(v: int) -> bool:
 
 
 def _launch_config(launch: Launch, constexpr: set[str], constants: dict[str, int]
-                   ) -> tuple[list[BlockSize], dict[str, tuple[int, str | None]]]:
-    """The launch's power-of-two block-size constexprs, and its num_warps / num_stages as (value,
-    constant name); both given as literals or module constants."""
+                   ) -> tuple[list[BlockSize], dict[str, tuple[int, str | None]], dict[str, LaunchValue], list[str]]:
+    """The launch's power-of-two block-size constexprs given as literals or module constants; its
+    num_warps / num_stages given so, as (value, constant name); those the wrapper computes
+    (`num_warps` of `BLOCK_SIZE, num_warps = calculate_settings(n_cols)`: the configs take them
+    over); and the block-size constexprs it computes, which stay as they are."""
     blocks: list[BlockSize] = []
     options: dict[str, tuple[int, str | None]] = {}
-    for arg in launch.call.args:
-        if arg.keyword is None:
-            continue
-        kw = arg.keyword.value
+    computed: dict[str, LaunchValue] = {}
+    kept: list[str] = []
+    values, _ = launch_values(launch, constants)
+    for kw, v in values.items():
         if kw in UNSUPPORTED_LAUNCH_OPTIONS:
             raise Skip(f"the launch sets {kw}, which a triton.Config would override")
         if kw in CONFIG_OPTIONS:
-            iv = int_value(arg.value, constants)
-            if iv is None:
-                raise Skip(f"{kw} is neither a literal nor a module constant")
-            options[kw] = iv
+            if v.via is not None:
+                raise Skip(f"the launch passes {kw} through **{v.via}, which a triton.Config would override")
+            if v.kind in (LITERAL, CONSTANT):
+                options[kw] = (v.value, v.name if v.kind == CONSTANT else None)
+            elif v.kind == UNKNOWN:
+                raise Skip(f"{kw} is neither a literal nor a module constant nor computed by the wrapper "
+                           f"({v.origin})")
+            else:
+                computed[kw] = v
         elif kw in constexpr and kw.isupper():
-            iv = int_value(arg.value, constants)
-            if iv is not None and _pow2(iv[0]):
-                blocks.append((kw, *iv))
-    return blocks, options
+            if v.via is None and v.kind in (LITERAL, CONSTANT) and _pow2(v.value):
+                blocks.append((kw, v.value, v.name if v.kind == CONSTANT else None))
+            elif v.kind in (COMPUTED, LOCAL):
+                kept.append(kw)
+    return blocks, options, computed, kept
 
 
 def _grid_expression(launch: Launch) -> tuple[cst.Assign | None, cst.BaseExpression]:
@@ -113,7 +122,7 @@ def _grid_reads(module: cst.Module, name: str, grid_expr: cst.BaseExpression, la
     for kw, (value, const) in options.items():
         if const:
             used_for.setdefault(const, kw)
-    references = global_references(module)
+    references = global_references(module) if used_for else {}
     for const, kw in used_for.items():
         refs = references.get(const, [])
         outside = [r for r in refs if r not in grid_nodes and r not in launch_values]
@@ -139,6 +148,9 @@ def _grid_reads(module: cst.Module, name: str, grid_expr: cst.BaseExpression, la
 HYPOTHESIS = ("autotune {kernel} over {space} ({n} configs, keyed on {key}): the best config per problem size "
               "instead of one hand-picked config; expect 10-50% where the current config is far "
               "from the best, ~0 where it already is; the first call per key pays one benchmark sweep")
+WARPS_HYPOTHESIS = ("autotune {kernel} over {space} ({n} configs, keyed on {key}): the best warps per problem size "
+                    "instead of {origin}; {kept} as the wrapper computes {it}; expect 5-30% where that pick is "
+                    "off for a width, ~0 where it is right; the first call per key pays one benchmark sweep")
 
 
 @register
@@ -150,13 +162,13 @@ class TritonAutotune(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module, al, kernels, launches = read_triton(source)
         out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(source, module, al, fn,
-                                                                          only_launch(name, launches)))
+                                                                          only_launch(name, launches)), analysis)
         return proposed(out, reasons, "no @triton.jit kernel")
 
     def _rewrite(self, source: str, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch) -> Candidate:
         name = fn.name.value
         tt = al.triton
-        if any(is_triton_decorator(d, al, "autotune", "heuristics") for d in fn.decorators):
+        if any(is_triton_decorator(d, al, "autotune") for d in fn.decorators):
             raise Skip(f"{name} is already autotuned")
         if isinstance(fn.params.star_arg, cst.Param) or fn.params.star_kwarg is not None:
             raise Skip(f"{name} takes *args/**kwargs")
@@ -165,25 +177,18 @@ class TritonAutotune(PatternRecipe):
         pnames = [p.name.value for p in params(fn)]
         constexpr = {p.name.value for p in params(fn) if is_constexpr(p, al)}
         constants = module_int_constants(module)
-        blocks, options = _launch_config(launch, constexpr, constants)
-        if not blocks:
+        blocks, options, computed, kept = _launch_config(launch, constexpr, constants)
+        kept += sorted(heuristic_names(fn, al) & {n for n in constexpr if n.isupper()})
+        if not blocks and not kept:
             raise Skip(f"{name}: no power-of-two block-size constexpr given as a literal or module constant")
         blocks.sort(key=lambda b: pnames.index(b[0]))
-        tuned_kws = {b[0] for b in blocks} | set(options)
+        tuned_kws = {b[0] for b in blocks} | set(options) | set(computed)
         key = tuning_key(fn, launch, al, tuned_kws, constants)
         grid_assign, grid_expr = _grid_expression(launch)
         to_meta, removable = _grid_reads(module, name, grid_expr, launch, blocks, options, tuned_kws)
-
-        # the space
-        loop = has_loop(fn)
-        dot = bool(calls(fn, al.tl, "dot"))
-        wide = loop and not dot and len(blocks) == 1
-        combos = block_space([b[1] for b in blocks], wide, names=[b[0] for b in blocks] if dot else None)
-        warps, stages = option_space(options.get("num_warps", (None,))[0], options.get("num_stages", (None,))[0],
-                                     loop, dot, len(combos), wide)
+        kws, combos, warps, stages = _space(fn, al, blocks, options)
         n_configs = len(combos) * len(warps) * max(len(stages), 1)
         assert n_configs <= MAX_CONFIGS, n_configs
-        kws = [b[0] for b in blocks]
         deco_src = decorator_code(tt, kws, combos, warps, stages, key)
 
         def grid_fn(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -199,7 +204,32 @@ class TritonAutotune(PatternRecipe):
         mapping[fn] = above_jit(deco_src, al)
         new_module = drop_constants(replace(module, mapping), removable)
         code = checked(new_module.code)
-        space = " x ".join([("/".join(kws) if len(kws) > 1 else kws[0]), "num_warps"] + (["num_stages"] if stages else []))
+        space = " x ".join(([("/".join(kws) if len(kws) > 1 else kws[0])] if kws else []) + ["num_warps"]
+                           + (["num_stages"] if stages else []))
+        if kws:
+            hyp = HYPOTHESIS.format(kernel=name, space=space, n=n_configs, key=", ".join(key))
+        else:
+            warps_from = computed.get("num_warps")
+            origin = (f"the num_warps the wrapper computes ({warps_from.origin})" if warps_from else
+                      f"num_warps={options['num_warps'][0]}" if "num_warps" in options else "the default 4 warps")
+            hyp = WARPS_HYPOTHESIS.format(kernel=name, space=space, n=n_configs, key=", ".join(key), origin=origin,
+                                          kept=f"{' and '.join(kept)} {'stays' if len(kept) == 1 else 'stay'}",
+                                          it="it" if len(kept) == 1 else "them")
         return Candidate(self.id, "autotune", f"{self.id}:{name}",
                          f"{name}: @triton.autotune over {space} ({n_configs} configs, key {', '.join(key)})",
-                         HYPOTHESIS.format(kernel=name, space=space, n=n_configs, key=", ".join(key)), code)
+                         hyp, code)
+
+
+def _space(fn: cst.FunctionDef, al: Aliases, blocks: list[BlockSize], options: dict[str, tuple[int, str | None]]
+           ) -> tuple[list[str], list[tuple[int, ...]], list[int], list[int]]:
+    """The tuned block constexprs, their value combinations, num_warps and num_stages."""
+    loop = has_loop(fn)
+    dot = bool(calls(fn, al.tl, "dot"))
+    current_warps, current_stages = options.get("num_warps", (None,))[0], options.get("num_stages", (None,))[0]
+    if not blocks:
+        warps, stages = warps_space(current_warps, current_stages, loop, dot)
+        return [], [()], warps, stages
+    wide = loop and not dot and len(blocks) == 1
+    combos = block_space([b[1] for b in blocks], wide, names=[b[0] for b in blocks] if dot else None)
+    warps, stages = option_space(current_warps, current_stages, loop, dot, len(combos), wide)
+    return [b[0] for b in blocks], combos, warps, stages

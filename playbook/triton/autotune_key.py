@@ -22,30 +22,39 @@ def _is_shape(node: cst.BaseExpression) -> bool:
         and not node.args
 
 
-def is_size(node: cst.BaseExpression, sizes: set[str]) -> bool:
-    """An expression that is a tensor size (or arithmetic on sizes): a runtime int."""
+def is_size(node: cst.BaseExpression, sizes: set[str], shapes: frozenset[str] = frozenset()) -> bool:
+    """An expression that is a tensor size (or arithmetic on sizes): a runtime int. `shapes`:
+    names bound to a tensor's shape (`ori_shape = x.shape`), whose items are sizes too."""
     if isinstance(node, cst.Name):
         return node.value in sizes
     if isinstance(node, cst.Subscript):
-        return _is_shape(node.value)
+        return _is_shape(node.value) or (isinstance(node.value, cst.Name) and node.value.value in shapes)
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         return node.func.attr.value in ("numel", "size", "dim") or (
-            node.func.attr.value == "cdiv" and all(is_size(a.value, sizes) or isinstance(a.value, cst.Integer)
+            node.func.attr.value == "cdiv" and all(is_size(a.value, sizes, shapes) or isinstance(a.value, cst.Integer)
                                                    for a in node.args))
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
         return node.func.value in ("len", "int") and len(node.args) == 1 and (
-            node.func.value == "len" or is_size(node.args[0].value, sizes))
+            node.func.value == "len" or is_size(node.args[0].value, sizes, shapes))
     if isinstance(node, cst.BinaryOperation) and isinstance(
             node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
         sides = [node.left, node.right]
-        return any(is_size(s, sizes) for s in sides) and all(is_size(s, sizes) or isinstance(s, cst.Integer)
-                                                              for s in sides)
+        return any(is_size(s, sizes, shapes) for s in sides) and all(
+            is_size(s, sizes, shapes) or isinstance(s, cst.Integer) for s in sides)
     return False
 
 
+def shape_names(wrapper: cst.FunctionDef) -> frozenset[str]:
+    """Names in the launch wrapper bound to a tensor's shape: `ori_shape = x.shape`."""
+    return frozenset(t.target.value for n in walk(wrapper.body) if isinstance(n, cst.Assign) and _is_shape(n.value)
+                     for t in n.targets if isinstance(t.target, cst.Name))
+
+
 def size_names(wrapper: cst.FunctionDef) -> set[str]:
-    """Names in the launch wrapper bound to tensor sizes: `rows, cols = x.shape`, `n = x.numel()`."""
+    """Names in the launch wrapper bound to tensor sizes: `rows, cols = x.shape`, `n = x.numel()`,
+    `n_cols = ori_shape[-1]` of `ori_shape = x.shape`, `*batch, n_cols = x.shape`."""
     sizes: set[str] = set()
+    shapes = shape_names(wrapper)
     assigns = [n for n in walk(wrapper.body) if isinstance(n, cst.Assign)]
     changed = True
     while changed:
@@ -53,9 +62,11 @@ def size_names(wrapper: cst.FunctionDef) -> set[str]:
         for a in assigns:
             for t in a.targets:
                 tgt = t.target
-                if isinstance(tgt, (cst.Tuple, cst.List)) and _is_shape(a.value):
-                    found = [e.value.value for e in tgt.elements if isinstance(e.value, cst.Name)]
-                elif isinstance(tgt, cst.Name) and is_size(a.value, sizes):
+                shape = _is_shape(a.value) or (isinstance(a.value, cst.Name) and a.value.value in shapes)
+                if isinstance(tgt, (cst.Tuple, cst.List)) and shape:
+                    found = [e.value.value for e in tgt.elements
+                             if isinstance(e, cst.Element) and isinstance(e.value, cst.Name)]
+                elif isinstance(tgt, cst.Name) and is_size(a.value, sizes, shapes):
                     found = [tgt.value]
                 else:
                     found = []
@@ -77,9 +88,9 @@ def tuning_key(fn: cst.FunctionDef, launch: Launch, al: Aliases, tuned: set[str]
     ps = params(fn)
     pnames = [p.name.value for p in ps]
     constexpr = {p.name.value for p in ps if is_constexpr(p, al)}
-    sizes = size_names(launch.wrapper)
+    sizes, shapes = size_names(launch.wrapper), shape_names(launch.wrapper)
     bound = bound_args(launch, pnames)
-    keyed = {p for p, expr in bound if p not in tuned and is_size(expr, sizes)}
+    keyed = {p for p, expr in bound if p not in tuned and is_size(expr, sizes, shapes)}
     if not keyed:
         raise Skip(f"{fn.name.value}: no runtime size argument to key the tuning on")
     keyed |= {p for p, expr in bound if p in constexpr and p not in tuned

@@ -53,6 +53,23 @@ def option_space(current_warps: int | None, current_stages: int | None, loop: bo
     return warps, stages
 
 
+# A launch whose block size the wrapper computes per width (one block per row, next_power_of_2 of
+# the row) keeps that block; its warps are what the space tunes: the 4-32 a row of up to 64K
+# elements wants (published row kernels pick them from the block size).
+WIDE_WARPS = (4, 8, 16, 32)
+
+
+def warps_space(current_warps: int | None, current_stages: int | None, loop: bool,
+                dot: bool) -> tuple[list[int], list[int]]:
+    """num_warps x num_stages for a launch whose block sizes stay as they are."""
+    warps = sorted({*WIDE_WARPS, *([current_warps] if current_warps else [])})
+    if loop:
+        stages = sorted({current_stages or 3} | ({3, 4} if dot else {2, 3}))
+    else:
+        stages = [current_stages] if current_stages else []
+    return warps, stages
+
+
 def _tuple(items: list) -> str:
     return "(" + ", ".join(map(str, items)) + ("," if len(items) == 1 else "") + ")"
 
@@ -62,7 +79,9 @@ def decorator_code(tt: str, kws: list[str], combos: list[tuple[int, ...]], warps
     names = [k.lower() for k in kws]
     meta = ", ".join(f'"{k}": {n}' for k, n in zip(kws, names))
     opts = "num_warps=warps" + (", num_stages=stages" if stages else "")
-    if len(kws) == 1:
+    if not kws:  # no block size tuned: the configs are launch options alone
+        loops = []
+    elif len(kws) == 1:
         loops = [f"for {names[0]} in {_tuple([c[0] for c in combos])}"]
     else:
         loops = [f"for {', '.join(names)} in {_tuple([_tuple(list(c)) for c in combos])}"]

@@ -14,9 +14,10 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.cst.aliases import aliases
-from playbook.cst.kernels import triton_kernels
+from playbook.cst.kernels import triton_helpers, triton_kernels
+from playbook.cst.program import reached_helpers
 from playbook.cst.source import Skip, checked, parse
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, off_path, off_path_reason, register
 
 LOG2E = "1.4426950408889634"
 
@@ -124,7 +125,7 @@ HYPOTHESES = {
 
 
 class _Scoped(cst.CSTTransformer):
-    """Apply an inner transformer only inside @triton.jit kernels."""
+    """Apply an inner transformer only inside the given @triton.jit functions."""
 
     def __init__(self, inner: cst.CSTTransformer, kernels: set[str]):
         self.inner, self.kernels = inner, kernels
@@ -153,12 +154,18 @@ class FastMath(PatternRecipe):
         al = aliases(module)
         if not al.tl:
             raise Skip("needs `import triton.language as tl`")
-        kernels = set(triton_kernels(module, al))
+        kernels = triton_kernels(module, al)
         if not kernels:
             raise Skip("no @triton.jit kernel")
+        left = off_path(kernels, analysis)
+        launched = [fn for name, fn in kernels.items() if name not in left]
+        if not launched:
+            raise Skip(off_path_reason(left, analysis))
+        # the kernels the entry point launches, and the @triton.jit helpers they call
+        scope = {f.name.value for f in launched} | set(reached_helpers(launched, triton_helpers(module, al)))
         out = []
         for kind, transformer in (("sigmoid", _Sigmoid(al.tl)), ("exp2", _Exp2(al.tl))):
-            new = module.visit(_Scoped(transformer, kernels))
+            new = module.visit(_Scoped(transformer, scope))
             if transformer.count:
                 code = checked(new.code)
                 title = {"sigmoid": f"tl.sigmoid for 1/(1+exp(-x)) ({transformer.count} site(s))",
@@ -166,6 +173,7 @@ class FastMath(PatternRecipe):
                 out.append(Candidate(self.id, kind, f"{self.id}:{kind}", title,
                                      HYPOTHESES[kind].format(n=transformer.count), code))
         if not out:
-            raise Skip("no 1/(1+exp(-x)) and no tl.exp call in a kernel")
+            raise Skip("no 1/(1+exp(-x)) and no tl.exp call in a kernel" + (
+                f" on the forward path ({', '.join(left)} left alone)" if left else ""))
         return out
 

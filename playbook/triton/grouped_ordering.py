@@ -161,7 +161,7 @@ class GroupedOrdering(PatternRecipe):
                 raise Skip(f"{name} has no tl.dot")
             return self._rewrite(module, al.tl, fn, only_launch(name, launches).call)
 
-        return proposed(*per_kernel(kernels, attempt), "no @triton.jit kernel")
+        return proposed(*per_kernel(kernels, attempt, analysis), "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, tl: str, fn: cst.FunctionDef, call: cst.Call) -> Candidate:
         name = fn.name.value

@@ -6,7 +6,10 @@ walks the work items `tl.num_programs(0)` apart,
 
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
 
-so every item is still computed exactly once, by the program the round-robin gives it. The
+so every item is still computed exactly once, by the program the round-robin gives it. A
+parameter the body reassigns (`x_ptr += row * stride`, `eps = eps.to(tl.float32)`) is copied at
+the top of each item (`x_ptr_item = x_ptr`) and the body uses the copy, so no item starts from
+the value the previous one left. The
 original grid is kept as the loop bound, translated into kernel terms:
 
 * 1-D grids (`(rows,)`, `(triton.cdiv(n, BLOCK),)`): the program id statement `row = tl.program_id(0)`
@@ -29,8 +32,7 @@ once the kernel is persistent the recipe proposes halving and doubling it (secon
 
 Skipped (with the reason): kernels that `return` (an early exit would drop the program's other
 items), that use `tl.atomic_cas` / `tl.atomic_xchg` (a program may spin on an item it owns
-itself), that reassign a parameter (`x_ptr += ...` would carry over to the next item), that are
-already persistent, whose program ids reach helper functions, whose grid is not a tuple of 1-3
+itself), that are already persistent, whose program ids reach helper functions, whose grid is not a tuple of 1-3
 sizes or reads a name the wrapper reassigns, or that are launched more than once. The kernel side
 of the rewrite lives in playbook/triton/persistent_loop.py.
 """
@@ -46,9 +48,9 @@ from playbook.cst.aliases import Aliases, calls
 from playbook.cst.constants import SetConstant, int_value, module_int_constants
 from playbook.cst.edits import add_kwarg, replace
 from playbook.cst.imports import import_alias
-from playbook.cst.kernels import is_constexpr, module_functions, params
+from playbook.cst.kernels import is_constexpr, module_functions, params, triton_helpers
 from playbook.cst.launches import Launch, bound_args, only_launch, read_triton, triton_launches
-from playbook.cst.names import assign_of, names_in
+from playbook.cst.names import assign_of, assignments, names_in
 from playbook.cst.source import Skip, checked, code_of, parse, walk
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 from playbook.triton.persistent_grid import WRAPPER_INDENT, Grid, Translator, resolve_grid
@@ -79,14 +81,37 @@ def _launch_num_warps(launch: Launch, constants: dict[str, int]) -> int:
 
 
 def _device_tensor(launch: Launch, fn: cst.FunctionDef) -> str:
-    """A tensor argument of the wrapper passed to the kernel (a `*_ptr` parameter first): its device is
+    """A tensor argument of the wrapper passed to the kernel (a `*_ptr` parameter first), or a local
+    made from one (`x2d = x.contiguous().view(-1, n)`, `y = torch.empty_like(x2d)`): its device is
     the one whose SMs count."""
-    wrapper_params = {p.name.value for p in params(launch.wrapper)}
-    found = [(not pname.endswith("ptr"), value.value) for pname, value in bound_args(launch, [p.name.value for p in params(fn)])
-             if isinstance(value, cst.Name) and value.value in wrapper_params]
+    tensors = {p.name.value for p in params(launch.wrapper)}
+    assigned = assignments(launch.wrapper)
+    changed = True
+    while changed:  # locals derived from a tensor argument, through tensor methods or *_like
+        changed = False
+        for name, values in assigned.items():
+            if name not in tensors and len(values) == 1 and _from_tensor(values[0], tensors):
+                tensors.add(name)
+                changed = True
+    bound = bound_args(launch, [p.name.value for p in params(fn)])
+    found = [(not pname.endswith("ptr"), value.value) for pname, value in bound
+             if isinstance(value, cst.Name) and value.value in tensors]
     if not found:
         raise Skip(f"cannot tell which tensor argument of {launch.wrapper.name.value} gives the device (for its SM count)")
     return min(found, key=lambda f: f[0])[1]
+
+
+def _from_tensor(value: cst.BaseExpression, tensors: set[str]) -> bool:
+    """`t.view(...)`, `t.contiguous().view(...)` or `torch.empty_like(t)` of a tensor `t`."""
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute):
+        return False
+    if value.func.attr.value.endswith("_like"):
+        first = value.args[0].value if value.args else None
+        return isinstance(first, cst.Name) and first.value in tensors
+    base = value.func.value
+    while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+        base = base.func.value
+    return isinstance(base, cst.Name) and base.value in tensors
 
 
 def _grid_code(grid: Grid, device: str, column: int) -> str:
@@ -119,13 +144,20 @@ def _with_params(fn: cst.FunctionDef, names: list[str], launch: Launch, al: Alia
         by_keyword = {a.keyword.value for a in launch.call.args if a.keyword is not None}
         if any(p.name.value not in by_keyword for p in ps[at:]):
             raise Skip(f"the launch of {fn.name.value} passes *args: cannot tell where a new parameter may go")
-    new = [cst.Param(cst.Name(n), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for n in names]
+    # one parameter a line where the kernel writes them so (a line break after the parenthesis and
+    # after every comma); else on the line of the others
+    sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if isinstance(fn.whitespace_before_params, cst.ParenthesizedWhitespace) and len(ps) > 1 and all(
+            isinstance(p.comma, cst.Comma) and isinstance(p.comma.whitespace_after, cst.ParenthesizedWhitespace)
+            for p in ps[:-1]):
+        sep = ps[0].comma
+    new = [cst.Param(cst.Name(n), comma=sep) for n in names]
     if at == 0:
         out = [*new, *ps]
     else:
         prev = ps[at - 1]
         new[-1] = new[-1].with_changes(comma=prev.comma)
-        out = [*ps[:at - 1], prev.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *new, *ps[at:]]
+        out = [*ps[:at - 1], prev.with_changes(comma=sep), *new, *ps[at:]]
     return fn.with_changes(params=fn.params.with_changes(params=out))
 
 
@@ -268,11 +300,17 @@ def _name_inline_grid(module: cst.Module, kernel: str, func_width: int) -> cst.M
 # ----------------------------------------------------------------------------------- the recipe
 
 
-def _hypothesis(name: str, items: str, programs: int) -> str:
+def _hypothesis(name: str, items: str, programs: int, setup: list[str]) -> str:
+    if setup:
+        shown = ", ".join(setup[:4]) + (", ..." if len(setup) > 4 else "")
+        hoisted = (f"{len(setup)} setup statement(s) ({shown}) now run once per program instead of once per "
+                   f"item")
+    else:
+        hoisted = "every statement depends on the item, so none moves out of the loop"
     return (f"{name}: min({items}, SMs x {programs}) programs that loop over the {items} instead of one program per "
-            f"item: per-program setup is paid once per program and the launch has no partial last wave; expect "
-            f"0-10% where items are many and short (items >> SMs x {programs}), ~0 where each item is long, a loss "
-            f"if fewer programs are resident than the SM could hold (then step {CONSTANT})")
+            f"item: {hoisted}; if that many programs are resident at once the launch has no partial last wave; "
+            f"expect 0-10% where items are many and short (items >> SMs x {programs}), ~0 where each item is long, "
+            f"a loss if fewer programs are resident than the SM could hold (then step {CONSTANT})")
 
 
 STEP_HYPOTHESIS = ("{old} -> {new} programs per SM on the persistent grid: {why}; expect a few % either way, the best "
@@ -288,8 +326,10 @@ class TritonPersistent(PatternRecipe):
     def propose(self, source: str, analysis: Analysis) -> list[Candidate]:
         module, al, kernels, launches = read_triton(source)
         steps = self._steps(module)
+        helpers = triton_helpers(module, al)
         out, reasons = per_kernel(kernels, lambda name, fn: self._rewrite(
-            module, al, fn, only_launch(name, launches), {k: f for k, f in kernels.items() if k != name}))
+            module, al, fn, only_launch(name, launches),
+            {**helpers, **{k: f for k, f in kernels.items() if k != name}}), analysis)
         return proposed(steps + out, reasons, "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch,
@@ -320,8 +360,8 @@ class TritonPersistent(PatternRecipe):
         shadowed = f"{name}{WHOLE_ROW_SUFFIX}" in helpers
         if shadowed:
             title += f" (the chunked kernel, for rows past the limit of {name}{WHOLE_ROW_SUFFIX})"
-        return Candidate(self.id, "persistent", f"{self.id}:{name}", title, _hypothesis(name, plan.items, programs),
-                         code, tier=1 if shadowed else 0)
+        return Candidate(self.id, "persistent", f"{self.id}:{name}", title,
+                         _hypothesis(name, plan.items, programs, plan.hoisted), code, tier=1 if shadowed else 0)
 
     def _steps(self, module: cst.Module) -> list[Candidate]:
         """Second thoughts on a persistent kernel: PROGRAMS_PER_SM halved and doubled."""

@@ -19,6 +19,7 @@ from playbook.cst.aliases import calls, is_call
 from playbook.cst.kernels import params
 from playbook.cst.names import assign_of, assigned_names, assignments, names_in
 from playbook.cst.source import Skip, code_of, walk
+from playbook.cst.templates import Rename
 from playbook.triton.persistent_grid import Grid, Translator
 
 HOISTABLE = {"arange", "cdiv", "minimum", "maximum", "multiple_of", "max_contiguous", "full", "zeros"}
@@ -65,6 +66,7 @@ class KernelPlan:
     body: list[cst.BaseStatement]  # the new function body
     new_params: dict[str, cst.BaseExpression]  # runtime size parameters to add -> the wrapper expression passed
     items: str  # rows | blocks | tiles (for the title)
+    hoisted: list[str]  # names of the per-program setup statements moved before the loop (run once per program)
 
 
 class _ReplacePids(cst.CSTTransformer):
@@ -116,8 +118,7 @@ class _Ids:
     own: set[str]  # of those names, the ones the kernel gave itself
 
 
-def _check(fn: cst.FunctionDef, tl: str, n: int, helpers: dict[str, cst.FunctionDef],
-           assigned: dict[str, list[cst.BaseExpression]]) -> None:
+def _check(fn: cst.FunctionDef, tl: str, n: int, helpers: dict[str, cst.FunctionDef]) -> None:
     """Skip a kernel whose meaning a loop over its work items would change, or that it cannot see through."""
     name = fn.name.value
     if any(isinstance(node, cst.Return) for node in walk(fn.body)):
@@ -137,11 +138,6 @@ def _check(fn: cst.FunctionDef, tl: str, n: int, helpers: dict[str, cst.Function
     for helper in sorted(called & set(helpers)):
         if _reads_pid(helpers[helper], tl):
             raise Skip(f"{name} calls {helper}, which reads the program id itself")
-    pnames = [p.name.value for p in params(fn)]
-    rebound = sorted(set(pnames) & set(assigned))
-    if rebound:
-        raise Skip(f"{name} reassigns its parameter {', '.join(rebound)}: a loop would carry the new value "
-                   f"from one work item to the next")
 
 
 def _program_ids(stmts: list[cst.BaseStatement], tl: str, n: int, once: Callable[[str], bool]) -> _Ids:
@@ -266,7 +262,7 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
     name = fn.name.value
     n = len(grid.axes)
     assigned = assignments(fn)
-    _check(fn, tl, n, helpers, assigned)
+    _check(fn, tl, n, helpers)
 
     def once(var: str) -> bool:
         return len(assigned.get(var, [])) == 1
@@ -280,11 +276,20 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
     declared = [a for a in range(n) if size[a] in named and a not in ids.size_stmt and bounds[a] not in new_params]
     prefix, hoisted, body = _split_body(stmts, tl, ids, loop_var, bounds, declared, once)
     decode = _decode(body, loop_var, ids, n)
+    # a parameter the body reassigns (`x_ptr += row * stride`, `eps = eps.to(...)`) gets a copy per
+    # work item, so the next item starts from the value the launch passed
+    rebound = [p.name.value for p in params(fn) if p.name.value in assigned]
+    renames = {p: f"{p}_item" for p in rebound}
+    if renames:
+        copies = [cst.parse_statement(f"{renames[p]} = {p}\n") for p in rebound]
+        copies[0] = copies[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# parameters the body reassigns: a copy per work item"))])
+        body = [*copies, *(stmt.visit(Rename(renames)) for stmt in body)]
     if n == 1:
         bound = size[0] if size[0] in named else bounds[0]
     else:
         bound = " * ".join(size[a] for a in range(n))
-    introduced = ({loop_var} | {size[a] for a in declared} | set(new_params)
+    introduced = ({loop_var} | {size[a] for a in declared} | set(new_params) | set(renames.values())
                   | {s.body[0].targets[0].target.value for s in decode}) - ids.own
     clash = sorted(introduced & names_in(fn))
     if clash:
@@ -294,4 +299,5 @@ def plan_kernel(fn: cst.FunctionDef, tl: str, grid: Grid, translate: Translator,
                                f"    pass\n")
     loop = loop.with_changes(body=loop.body.with_changes(body=[*decode, *body]), leading_lines=[cst.EmptyLine(
         comment=cst.Comment(f"# persistent: each program walks the {items} {tl}.num_programs(0) apart"))])
-    return KernelPlan([*prefix, *hoisted, loop], new_params, items)
+    setup = [a[0] for st in hoisted if (a := assign_of(st)) and a[0] not in set(size.values())]
+    return KernelPlan([*prefix, *hoisted, loop], new_params, items, setup)

@@ -22,6 +22,8 @@ from playbook.cst.source import Skip, walk
 from playbook.triton.index_expressions import (bcast, bindings, code, conjuncts, free_names, multiple_of, norm,
                                                summands)
 
+ONE_D = " is a 1-D access (the recipe rewrites 2-D tiles)"  # the Skip of an access that is not a tile
+
 
 # ----------------------------------------------------------------------------------- pattern
 
@@ -130,7 +132,7 @@ class KernelBlocks:
     def block(self, expr: cst.BaseExpression, label: str) -> Block:
         """`base + rows[:, None] * s0 + cols[None, :] * s1`, base a pointer argument, s0/s1 stride arguments."""
         if not any(bcast(n) for n in walk(expr)):
-            raise Skip(f"{label} is a 1-D access (the recipe rewrites 2-D tiles)")
+            raise Skip(f"{label}{ONE_D}")
         terms = summands(expr)
         base = [t for t in terms if isinstance(t, cst.Name)]
         scaled = [t for t in terms if isinstance(t, cst.BinaryOperation) and isinstance(t.operator, cst.Multiply)]

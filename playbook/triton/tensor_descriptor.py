@@ -36,7 +36,7 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.cst.aliases import Aliases, is_call
-from playbook.cst.edits import ShiftContinuation, replace
+from playbook.cst.edits import replace, shift_aligned
 from playbook.cst.imports import import_alias
 from playbook.cst.kernels import module_functions, params
 from playbook.cst.launches import Launch, only_launch, read_triton
@@ -45,7 +45,7 @@ from playbook.cst.source import Skip, checked, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
 from playbook.triton.index_expressions import code, free_names, norm
-from playbook.triton.pointer_blocks import Block, KernelBlocks
+from playbook.triton.pointer_blocks import ONE_D, Block, KernelBlocks
 
 SUFFIX = "_tma"
 READY = "_tma_ready"
@@ -170,7 +170,7 @@ class TritonTensorDescriptor(PatternRecipe):
                 raise Skip(f"{name} already has a tensor-descriptor twin")
             return self._rewrite(module, al, fn, only_launch(name, launches))
 
-        return proposed(*per_kernel(kernels, attempt), "no @triton.jit kernel")
+        return proposed(*per_kernel(kernels, attempt, analysis), "no @triton.jit kernel")
 
     def _rewrite(self, module: cst.Module, al: Aliases, fn: cst.FunctionDef, launch: Launch) -> Candidate:
         name, tl = fn.name.value, al.tl
@@ -210,7 +210,11 @@ class TritonTensorDescriptor(PatternRecipe):
             except Skip as exc:
                 reasons.append(str(exc))
         if not blocks:
-            raise Skip(f"{name}: no load or store it can rewrite: " + "; ".join(dict.fromkeys(reasons)))
+            rest = list(dict.fromkeys(reasons))
+            if rest and all(r.endswith(ONE_D) for r in rest):  # a row kernel: one clause for its 1-D accesses
+                shown = ", ".join(r[:-len(ONE_D)].strip() for r in rest[:3]) + (", ..." if len(rest) > 3 else "")
+                rest = [f"each of its {len(rest)} accesses is a 1-D access ({shown}), and the recipe rewrites 2-D tiles"]
+            raise Skip(f"{name}: no load or store it can rewrite: " + "; ".join(rest))
 
         taken = {n.value for n in walk(fn) if isinstance(n, cst.Name)}
         mapping: dict[cst.CSTNode, object] = {}
@@ -235,7 +239,8 @@ class TritonTensorDescriptor(PatternRecipe):
         twin = _drop_dead(twin, _reads(fn), tl)
         note = cst.EmptyLine(comment=cst.Comment(
             f"# {name} through tensor descriptors (TMA): the same tiles; the descriptors handle the bounds"))
-        twin = twin.with_changes(name=cst.Name(f"{name}{SUFFIX}"), params=twin.params.visit(ShiftContinuation(len(SUFFIX))),
+        twin = twin.with_changes(name=cst.Name(f"{name}{SUFFIX}"),
+                                 params=shift_aligned(twin.params, fn.whitespace_before_params, len(SUFFIX)),
                                  leading_lines=[cst.EmptyLine(), cst.EmptyLine(), note])
         new_source = checked(self._wire(module, al, fn, twin, launch, blocks).code)
 
@@ -283,7 +288,8 @@ class TritonTensorDescriptor(PatternRecipe):
             "    else:\n"
             "        pass\n").body[0].body.body[0]
         twin_launch = stmt.visit(_Replace({launch.call.func.value: cst.Name(twin.name.value)}))
-        twin_launch = twin_launch.visit(ShiftContinuation(len(twin.name.value) - len(fn.name.value)))
+        twin_launch = shift_aligned(twin_launch, launch.call.whitespace_before_args,
+                                    len(twin.name.value) - len(fn.name.value))
         dispatch = shell.with_changes(
             leading_lines=[*stmt.leading_lines, *shell.leading_lines],
             body=shell.body.with_changes(body=[shell.body.body[0], twin_launch.with_changes(leading_lines=[])]),

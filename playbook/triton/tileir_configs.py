@@ -33,13 +33,14 @@ import libcst as cst
 
 from playbook.analysis import Analysis
 from playbook.cst.aliases import Aliases, calls
-from playbook.cst.constants import drop_constants, int_value, module_int_constants
+from playbook.cst.constants import drop_constants, module_int_constants
 from playbook.cst.edits import kwarg_value, remove_kwargs, replace
 from playbook.cst.kernels import above_jit, is_triton_decorator, module_functions, triton_aliases, triton_kernels
+from playbook.cst.launch_values import CONSTANT, LITERAL, launch_values
 from playbook.cst.launches import Launch, triton_launches
 from playbook.cst.source import Skip, checked, parse
 from playbook.hazards import scan
-from playbook.recipe import Candidate, PatternRecipe, register
+from playbook.recipe import Candidate, PatternRecipe, off_path, off_path_reason, register
 from playbook.triton.autotune_key import tuning_key
 from playbook.triton.autotune_space import UNSUPPORTED_LAUNCH_OPTIONS
 
@@ -149,8 +150,11 @@ class TritonTileIRConfigs(PatternRecipe):
             raise Skip("the Tile IR configs are already in place")
         kernels = triton_kernels(module, al)
         launches = triton_launches(module, kernels)
-        out, reasons = [], []
+        left = off_path(kernels, analysis)
+        out, reasons = [], [off_path_reason(left, analysis)] if left else []
         for name, fn in kernels.items():
+            if name in left:
+                continue
             mine = [launch for launch in launches if launch.kernel == name]
             try:
                 if len(mine) != 1:
@@ -194,16 +198,19 @@ class TritonTileIRConfigs(PatternRecipe):
         else:  # no autotune yet: one around the current launch options
             constants = module_int_constants(module)
             options = []
+            values, _ = launch_values(launch, constants)
             for kw in LAUNCH_OPTIONS:
-                arg = launch.kwarg(kw)
-                if arg is None:
+                v = values.get(kw)
+                if v is None:
                     continue
-                iv = int_value(arg.value, constants)
-                if iv is None:
-                    raise Skip(f"{kw} of {name} is neither a literal nor a module constant")
-                options.append(f"{kw}={iv[0]}")
-                if iv[1]:
-                    removable.add(iv[1])
+                if v.via is not None:
+                    raise Skip(f"the launch of {name} passes {kw} through **{v.via}, which a triton.Config would "
+                               f"override")
+                if v.kind not in (LITERAL, CONSTANT):
+                    continue  # computed per launch (calculate_settings): Tile IR ignores num_warps; the configs set it
+                options.append(f"{kw}={v.value}")
+                if v.kind == CONSTANT:
+                    removable.add(v.name)
             keys = ", ".join(f'"{k}"' for k in tuning_key(fn, launch, al, set(), constants))
             base_configs = f"[{tt}.Config({{}}{''.join(', ' + o for o in options)})]"
             deco = (f"@{tt}.autotune(\n"

@@ -1,18 +1,19 @@
 """Recipe `triton-whole-row`: a Triton row kernel that walks its row in chunks of BLOCK columns,
-pass after pass (max, then sum, then normalise), gets a twin that holds the whole row in one block
-and reads it once; the chunked kernel stays for rows wider than the twin's limit.
+pass after pass (max, then sum, then normalise), gets a twin that holds the whole row in one block,
+with no chunk loop; the chunked kernel stays for rows wider than the twin's limit.
 
 Why: a chunked row kernel reads each row once per pass and recomputes what the passes share
 (softmax computes exp(x - max) twice). At the widest benchmark row (16384 fp16 columns) the tuned
 chunked softmax and layernorm kept SM issue 71-75% busy with DRAM at 46-48% on an H200, and
 reached 0.75-0.77 of clone bandwidth: they are bound by instructions, not bytes. With the whole
-row in registers the passes become one straight-line block: one load of the row, its values
-reused by every statistic, one store.
+row in registers the passes become one straight-line block: where the passes load the row the
+same way, one load of the row, its values reused by every statistic, one store.
 
 Pattern, recognised exactly (anything else is a Skip with the reason):
 
 * the kernel's loops are all statements of its body (not nested) of the form
-  `for v in range(0, N, B):` with the same N, a runtime parameter (the row width), and the same B,
+  `for v in range(0, N, B):` (or `tl.range(0, N, B)`) with the same N, a runtime parameter (the
+  row width), and the same B,
   a `tl.constexpr` parameter (the chunk); no `else`, `break` or `continue`; v, N and B are never
   assigned;
 * every `tl.store` in those loops has a mask, so a row of width 0 stores nothing either way;
@@ -22,12 +23,15 @@ Pattern, recognised exactly (anything else is a Skip with the reason):
 
 The rewrite:
 
-* adds the twin `<kernel>_row` after the kernel, under `@triton.jit` alone (an autotune on the
-  kernel tunes the chunk, which the twin does not have). Each loop becomes `v = 0` followed by its
-  body: when B >= N the loop runs exactly once with v = 0. Then an assignment that recomputes the
-  value its name already holds (the second pass's `cols = ...` and `x = tl.load(...)`, when
-  nothing they read was assigned since and no store came between) is dropped, so the row is
-  loaded once and what the passes share is computed once;
+* adds the twin `<kernel>_row` after the kernel, under its `@triton.jit` and `@triton.heuristics`
+  (an autotune on the kernel tunes the chunk, which the twin does not have). Each loop becomes
+  `v = 0` followed by its body: when B >= N the loop runs exactly once with v = 0. Then an
+  assignment that recomputes the value its name already holds (the second pass's `cols = ...` and
+  `x = tl.load(...)`, when nothing they read was assigned since and no store came between) is
+  dropped (playbook/triton/repeated_values.py). Where every pass loads the row the same way, the
+  twin loads it once (softmax); a load written differently stays (rmsnorm and layernorm load
+  under `mask=mask` in their last pass), and the candidate's comments and hypothesis count the
+  load sites of the twin as it is: "the row is read once" only where that is so;
 * launches the twin from the wrapper with B = `triton.next_power_of_2(N)` when that is at most
   `MAX_ROW_BLOCK` (a new module constant, 16384: 16 fp32 values per thread at 32 warps); wider
   rows launch the kernel as it was. The twin is a new kernel with no launch configuration of its
@@ -42,16 +46,18 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.cst.aliases import Aliases, calls
+from playbook.cst.aliases import Aliases, calls, device_math, is_attr
 from playbook.cst.constants import add_module_constant, module_int_constants
-from playbook.cst.edits import ShiftContinuation, add_kwarg, kwarg_value, remove_kwargs, replace
-from playbook.cst.kernels import is_constexpr, is_triton_jit, module_functions, params
+from playbook.cst.edits import add_kwarg, kwarg_value, remove_kwargs, replace, shift_aligned
+from playbook.cst.kernels import is_constexpr, is_triton_decorator, is_triton_jit, module_functions, params, triton_helpers
 from playbook.cst.launches import Launch, bound_args, only_launch, read_triton
-from playbook.cst.names import assign_of, assigned_names, names_in
+from playbook.cst.memory import accesses, loaded_at
+from playbook.cst.names import assigned_names, names_in
 from playbook.cst.source import Skip, checked, code_of, walk
 from playbook.hazards import scan
 from playbook.recipe import Candidate, PatternRecipe, per_kernel, proposed, register
-from playbook.triton.autotune_key import is_size, size_names
+from playbook.triton.autotune_key import is_size, shape_names, size_names
+from playbook.triton.repeated_values import dedupe, pure_helpers
 
 SUFFIX = "_row"
 LIMIT = "MAX_ROW_BLOCK"
@@ -59,18 +65,17 @@ LIMIT_VALUE = 16384  # columns: 16 fp32 values per thread at 32 warps
 WARPS = (4, 8, 16, 32)  # the twin's autotune space
 COLUMNS_PER_WARP = 512  # in-place kernels (not autotuned): 16 columns per thread
 MIN_WARPS, MAX_WARPS = 4, 16
-# tl calls whose value depends on their arguments and on memory alone (a repeated one may be dropped)
-IMPURE_TL = {"store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or",
-             "atomic_xchg", "atomic_xor", "debug_barrier", "device_print", "device_assert", "static_print",
-             "rand", "randn", "randint", "randint4x", "inline_asm_elementwise"}
+HYPOTHESIS = ("{kernel} reads each row in {passes} pass(es) of BLOCK-column chunks; its twin holds the whole row in "
+              "one block (up to {limit} columns, {warps}) with no chunk loop: {reads}{dropped}, so an "
+              "instruction-bound row kernel should move toward clone bandwidth; rows wider than {limit} keep the "
+              "chunked kernel")
 
-TENSOR_METHODS = {"to", "reshape", "trans", "broadcast_to"}
-PURE_BUILTINS = {"float", "int", "min", "max", "abs"}  # float("-inf") as the `other` of a load
 
-HYPOTHESIS = ("{kernel} reads each row in {passes} pass(es) of BLOCK-column chunks; with the whole row in one "
-              "block (up to {limit} columns, num_warps tuned per row width) the row is loaded once and what the "
-              "passes share is computed once, so an instruction-bound row kernel should move toward clone "
-              "bandwidth; rows wider than {limit} keep the chunked kernel")
+def _reads_text(reloads: dict[str, int]) -> str:
+    if not reloads:
+        return "each row is loaded once"
+    return ", ".join(f"{b} is still loaded at {n} sites (loads written differently are kept; the compiler may or "
+                     f"may not merge them)" for b, n in reloads.items())
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.BaseStatement]:
@@ -97,14 +102,16 @@ def _row_loops(fn: cst.FunctionDef, al: Aliases) -> tuple[list[cst.For], str, st
     for loop in loops:
         it = loop.iter
         args = it.args if isinstance(it, cst.Call) else ()
-        if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"
+        if not (isinstance(it, cst.Call) and (isinstance(it.func, cst.Name) and it.func.value == "range"
+                                              or is_attr(it.func, al.tl, "range"))
                 and len(args) == 3 and all(a.keyword is None and not a.star for a in args)
                 and isinstance(args[0].value, cst.Integer) and args[0].value.evaluated_value == 0
                 and isinstance(args[1].value, cst.Name) and args[1].value.value in pnames - constexpr
                 and isinstance(args[2].value, cst.Name) and args[2].value.value in constexpr
                 and isinstance(loop.target, cst.Name)):
-            raise Skip(f"{name}: a loop that is not `for v in range(0, n, BLOCK)` over a runtime width n "
-                       f"and a constexpr BLOCK: `for {code_of(loop.target)} in {code_of(it)}`")
+            loop_code = " ".join(code_of(it).split())
+            raise Skip(f"{name}: a loop that is not `for v in range(0, n, BLOCK)` (or tl.range) over a runtime "
+                       f"width n and a constexpr BLOCK: `for {code_of(loop.target)} in {loop_code}`")
         here = (args[1].value.value, args[2].value.value)
         if pair is not None and here != pair:
             raise Skip(f"{name}: its loops walk different extents ({', '.join(pair)} and {', '.join(here)})")
@@ -122,64 +129,10 @@ def _row_loops(fn: cst.FunctionDef, al: Aliases) -> tuple[list[cst.For], str, st
     return loops, pair[0], pair[1]
 
 
-def _pure(value: cst.BaseExpression, tl: str) -> bool:
-    """Whether every call in `value` is a tl function that neither writes nor draws random numbers,
-    a method of a tensor (`.to(...)`) or a builtin like `float("-inf")`: recomputing it gives the
-    same value."""
-    for n in walk(value):
-        if not isinstance(n, cst.Call):
-            continue
-        f = n.func
-        if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == tl:
-            if f.attr.value in IMPURE_TL:
-                return False
-        elif isinstance(f, cst.Attribute):
-            if f.attr.value not in TENSOR_METHODS:
-                return False
-        elif not (isinstance(f, cst.Name) and f.value in PURE_BUILTINS):
-            return False  # a helper function: it may store
-    return True
-
-
-def dedupe(stmts: list[cst.BaseStatement], tl: str) -> tuple[list[cst.BaseStatement], int]:
-    """`stmts` without the assignments `name = value` whose value `name` already holds: the same
-    expression, nothing it reads assigned since, and (where it reads memory) no store or other
-    call statement since. Compound statements end what is known. Returns the statements and how
-    many were dropped."""
-    held: dict[str, tuple[str, set[str], bool]] = {}  # name -> (value's code, names it reads, reads memory)
-    out: list[cst.BaseStatement] = []
-    dropped = 0
-
-    def forget(names: set[str]) -> None:
-        for k in [k for k, (_, reads, _) in held.items() if k in names or reads & names]:
-            del held[k]
-
-    for s in stmts:
-        a = assign_of(s)
-        if a is not None:
-            target, value = a
-            code = code_of(value)
-            if target in held and held[target][0] == code:
-                dropped += 1
-                continue
-            forget({target})
-            reads = names_in(value)
-            if target not in reads and _pure(value, tl):
-                held[target] = (code, reads, bool(calls(value, tl, "load")))
-            out.append(s)
-            continue
-        forget(assigned_names(s))
-        if not isinstance(s, cst.SimpleStatementLine):
-            held.clear()  # a branch or a block: what it did is not followed
-        elif any(isinstance(x, cst.Expr) for x in s.body):
-            for k in [k for k, (_, _, memory) in held.items() if memory]:  # a store may have changed memory
-                del held[k]
-        out.append(s)
-    return out, dropped
-
-
-def _twin(fn: cst.FunctionDef, al: Aliases, loops: list[cst.For], block: str) -> tuple[cst.FunctionDef, int]:
-    """The kernel with each row loop run once in place (v = 0) and repeated values dropped."""
+def _twin(fn: cst.FunctionDef, al: Aliases, loops: list[cst.For], block: str,
+          pure_names: frozenset[str]) -> tuple[cst.FunctionDef, int]:
+    """The kernel with each row loop run once in place (v = 0) and repeated values dropped; it
+    keeps the kernel's @triton.heuristics (they fill in constexprs), not its @triton.autotune."""
     body: list[cst.BaseStatement] = []
     first = True
     for s in fn.body.body:
@@ -194,16 +147,30 @@ def _twin(fn: cst.FunctionDef, al: Aliases, loops: list[cst.For], block: str) ->
         body.append(cst.parse_statement(f"{s.target.value} = 0\n").with_changes(leading_lines=lines))
         inner = _statements(s.body)
         body.extend([inner[0].with_changes(leading_lines=[]), *inner[1:]])
-    body, dropped = dedupe(body, al.tl)
-    decorators = [d for d in fn.decorators if is_triton_jit(d, al)]
-    name = fn.name.value
-    note = cst.EmptyLine(comment=cst.Comment(
-        f"# {name} with the whole row in one block ({block} >= the row width): the row is read once"))
-    twin = fn.with_changes(name=cst.Name(f"{name}{SUFFIX}"), decorators=decorators,
-                           body=fn.body.with_changes(body=body),
-                           leading_lines=[cst.EmptyLine(), cst.EmptyLine(), note])
-    twin = twin.with_changes(params=twin.params.visit(ShiftContinuation(len(SUFFIX))))
+    body, dropped = dedupe(body, al.tl, pure_names)
+    decorators = [d for d in fn.decorators if is_triton_jit(d, al) or is_triton_decorator(d, al, "heuristics")]
+    twin = fn.with_changes(name=cst.Name(f"{fn.name.value}{SUFFIX}"), decorators=decorators,
+                           body=fn.body.with_changes(body=body))
+    twin = twin.with_changes(params=shift_aligned(twin.params, fn.whitespace_before_params, len(SUFFIX)))
     return twin, dropped
+
+
+def row_reloads(fn: cst.FunctionDef, twin: cst.FunctionDef, loops: list[cst.For], al: Aliases) -> dict[str, int]:
+    """The buffers the chunk loops load that the twin still loads at more than one site, and at how
+    many: the repeated-value pass drops a later pass's load only where it is written the same way."""
+    in_loops = {id(n) for loop in loops for n in walk(loop)}
+    row = {a.base for a in accesses(fn, al) if a.kind == "load" and a.base is not None and id(a.call) in in_loops}
+    return {base: n for base, n in loaded_at(twin, al).items() if base in row and n > 1}
+
+
+def _note(name: str, block: str, reloads: dict[str, int]) -> cst.EmptyLine:
+    """The comment above the twin: what it reads, as its code does it."""
+    if not reloads:
+        what = "the row is read once"
+    else:
+        what = "no chunk loop; " + ", ".join(f"{b} is still loaded at {n} sites" for b, n in reloads.items())
+    return cst.EmptyLine(comment=cst.Comment(f"# {name} with the whole row in one block ({block} >= the row width): "
+                                             f"{what}"))
 
 
 def _launch_statement(launch: Launch, fn: cst.FunctionDef, width: str, block: str
@@ -218,7 +185,7 @@ def _launch_statement(launch: Launch, fn: cst.FunctionDef, width: str, block: st
     if block in bound and kwarg_value(launch.call, block) is None:
         raise Skip(f"the launch of {name} passes {block} by position")
     sizes = size_names(launch.wrapper)
-    if not is_size(bound[width], sizes):
+    if not is_size(bound[width], sizes, shape_names(launch.wrapper)):
         raise Skip(f"the argument for {width} (`{code_of(bound[width])}`) is not a tensor size in "
                    f"{launch.wrapper.name.value}")
     grid = [launch.grid]
@@ -240,7 +207,7 @@ def _launch_statement(launch: Launch, fn: cst.FunctionDef, width: str, block: st
 
 
 def _dispatch(launch: Launch, stmt: cst.SimpleStatementLine, twin: str, block: str, width: str, tri: str,
-              in_place: bool) -> cst.FlattenSentinel:
+              in_place: bool, once: bool) -> cst.FlattenSentinel:
     """What replaces the launch statement: `row_block = triton.next_power_of_2(N)`, then the twin's
     launch with B = row_block for rows up to LIMIT, the launch as it was for wider rows."""
     taken = names_in(launch.wrapper)
@@ -256,11 +223,12 @@ def _dispatch(launch: Launch, stmt: cst.SimpleStatementLine, twin: str, block: s
         launch_body.append(cst.parse_statement(
             f"{warps} = min({MAX_WARPS}, max({MIN_WARPS}, {local} // {COLUMNS_PER_WARP}))  "
             f"# {COLUMNS_PER_WARP // 32} columns per thread (not tuned: the kernel writes what it reads)\n"))
-    launch_body.append(cst.SimpleStatementLine(body=[cst.Expr(call)]).visit(ShiftContinuation(len(SUFFIX))))
+    launch_body.append(shift_aligned(cst.SimpleStatementLine(body=[cst.Expr(call)]), call.whitespace_before_args,
+                                     len(SUFFIX)))
     shell = cst.parse_module(
         "def _f():\n"
         f"    {local} = {tri}.next_power_of_2({width})\n"
-        f"    if {local} <= {LIMIT}:  # the whole row in one block, read once\n"
+        f"    if {local} <= {LIMIT}:  # the whole row in one block{', read once' if once else ''}\n"
         "        pass\n"
         f"    else:  # wider rows: the chunked kernel\n"
         "        pass\n").body[0].body.body
@@ -298,7 +266,7 @@ class TritonWholeRow(PatternRecipe):
                 raise Skip(f"{name} already has a whole-row twin")
             return self._rewrite(source, module, al, fn, only_launch(name, launches))
 
-        return proposed(*per_kernel(kernels, attempt), "no @triton.jit kernel")
+        return proposed(*per_kernel(kernels, attempt, analysis), "no @triton.jit kernel")
 
     def _rewrite(self, source: str, module: cst.Module, al: Aliases, fn: cst.FunctionDef,
                  launch: Launch) -> Candidate:
@@ -309,7 +277,10 @@ class TritonWholeRow(PatternRecipe):
         if LIMIT in {n.value for n in walk(module) if isinstance(n, cst.Name)} and LIMIT not in constants:
             raise Skip(f"the module uses the name {LIMIT} for something other than an int constant")
 
-        twin, dropped = _twin(fn, al, loops, block)
+        pure = frozenset(device_math(module) | pure_helpers(triton_helpers(module, al), al.tl))
+        twin, dropped = _twin(fn, al, loops, block, pure)
+        reloads = row_reloads(fn, twin, loops, al)
+        twin = twin.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), _note(name, block, reloads)])
         tri = al.triton
         # the twin's warps: tuned per row width where the autotuner may run the kernel on the live
         # arguments; a kernel that writes what it reads gets the rule of thumb instead
@@ -319,7 +290,7 @@ class TritonWholeRow(PatternRecipe):
                 f"{tri}.autotune(configs=[{tri}.Config({{}}, num_warps=w) for w in {WARPS}], key=[{width!r}])"
                 .replace("'", '"')))
             twin = twin.with_changes(decorators=[tune, *twin.decorators])
-        dispatch = _dispatch(launch, stmt, twin.name.value, block, code_of(width_arg), tri, in_place)
+        dispatch = _dispatch(launch, stmt, twin.name.value, block, code_of(width_arg), tri, in_place, not reloads)
         new = replace(module, {stmt: dispatch})
         body = list(new.body)
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == name)
@@ -333,5 +304,8 @@ class TritonWholeRow(PatternRecipe):
                  f"columns, the chunked kernel above)")
         if dropped:
             title += f"; {dropped} repeated value(s) computed once"
-        hyp = HYPOTHESIS.format(kernel=name, passes=passes, limit=limit)
+        warps = (f"num_warps = row block / {COLUMNS_PER_WARP}, {MIN_WARPS} to {MAX_WARPS}" if in_place
+                 else "num_warps tuned per row width")
+        hyp = HYPOTHESIS.format(kernel=name, passes=passes, limit=limit, warps=warps, reads=_reads_text(reloads),
+                                dropped=f"; {dropped} repeated value(s) computed once" if dropped else "")
         return Candidate(self.id, "whole-row", f"{self.id}:{name}", title, hyp, checked(new.code))
