@@ -82,7 +82,8 @@ def record_summary(rec: Record) -> dict:
         "iteration": rec.iteration, "optimization": rec.optimization, "hypothesis": rec.hypothesis,
         "rationale": rec.rationale, "expected": rec.expected, "kind": rec.kind,
         "status": rec.status, "correctness": rec.correctness, "latency_ms": rec.latency_ms, "speedup": rec.speedup,
-        "commit": rec.commit, "decision": rec.decision, "failure": rec.failure,
+        "cumulative_speedup": rec.cumulative_speedup, "timing": rec.timing_mode, "change": rec.change,
+        "unchecked": rec.unchecked, "commit": rec.commit, "decision": rec.decision, "failure": rec.failure,
         "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
                          "incumbent_ms": v.incumbent_ms, "reason": v.reason, "timing": v.timing_label,
                          "shapes": v.shapes} for k, v in rec.backends.items()},
@@ -90,8 +91,7 @@ def record_summary(rec: Record) -> dict:
 
 
 def row_json(r: Row) -> dict:
-    return {"iteration": r.iteration, "optimization": r.optimization, "latency_ms": r.latency_ms,
-            "correctness": r.correctness, "status": r.status, "backends": dict(r.backends)}
+    return r.to_json()
 
 
 def status_payload(exp) -> dict:

@@ -24,10 +24,10 @@ class Unattended(Iteration):
             if stop.state != "continue":
                 break
             if max_iters is not None and done_here >= max_iters:
-                stop = decide.StopState("stop", f"reached --max-iters {max_iters}")
+                stop = decide.stopping("stop", f"reached --max-iters {max_iters}", self.timing_mode)
                 break
             if self.state.device == "cuda" and (bad := self.gpu_health()):
-                stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
+                stop = decide.stopping("escalate", f"GPU health check failed: {bad}", self.timing_mode)
                 break
             src = (self.root / self.state.target).read_text()
             an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
@@ -71,7 +71,7 @@ class Unattended(Iteration):
         """Next candidates from the playbook for the current best version, experience first."""
         src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
         an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch)
-        ranked = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
+        ranked = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch).rows
         order = {r["kind"]: i for i, r in enumerate(ranked) if r["kept"]}
         tried, out = list(self.state.tried), []
         while len(out) < 3 * limit:

@@ -1,5 +1,6 @@
 """`suite summarize` turns entries (from one or several `suite run` calls) into one markdown file:
-per op and implementation, baseline and final latency, speedup, fraction of same-run clone
+per op and implementation, baseline and final latency (each from its own measurement), speedup (the
+product of the kept experiments' paired speedups, never baseline over final latency), fraction of same-run clone
 bandwidth (memory-bound ops) or of torch.matmul's rate (matmul), torch eager and torch.compile,
 iterations, wall time per iteration and the recipes kept; then Triton/PTX against cuTile per op.
 """
@@ -12,8 +13,9 @@ import statistics
 from pathlib import Path
 
 from loop.common.errors import UserError
+from loop.records import methods
 from loop.records.perf_table import markdown_table
-from loop.records.results import Record
+from loop.records.results import Record, cumulative
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 
@@ -57,13 +59,14 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     return {
         "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
         "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
-        "baseline_ms": base.latency_ms, "best_ms": best.latency_ms,
-        "speedup": base.latency_ms / best.latency_ms if base.latency_ms and best.latency_ms else None,
+        "baseline_ms": base.latency_ms, "best_ms": best.latency_ms, "best_iteration": best.iteration,
+        "speedup": cumulative(recs),  # the kept paired speedups multiplied: each from one worker, incumbent and candidate interleaved
+        "largest_method": (s1 or s0 or {}).get("method"),
         "largest_shape": {"shape": s0["shape"], "dtype": s0["dtype"], "flops": s0.get("flops"), "bytes": s0.get("bytes")} if s0 else None,
         "largest_baseline": base_l, "largest_best": best_l,
         "final": final_rows, "final_largest": final_large,
         "iterations": len(experiments),
-        "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash")},
+        "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash", "unmeasured")},
         "median_iteration_wall_s": statistics.median(r.wall_s for r in experiments) if experiments else None,
         "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
         "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
@@ -133,8 +136,11 @@ def summarize(entries: list[dict], title: str) -> str:
              f"- device: {', '.join(devices)} (every number below is from runs on it)",
              "- each row: `tileloop run <target>` with default settings, then `tileloop report --measure` (best version against "
              "PyTorch eager and torch.compile, in one worker, same inputs)",
-             "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'largest' columns: "
-             "the benchmark shape that moves the most bytes",
+             "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'baseline ms' and "
+             "'final ms' come from different measurements (the baseline's and the best iteration's own worker), so "
+             "'speedup' is not their ratio: it is the product of the kept experiments' paired speedups (each from one "
+             "worker that timed incumbent and candidate interleaved); 'largest' columns: the benchmark shape that moves "
+             "the most bytes, timed by the method named in 'method (largest)' (the final measurement's where there is one)",
              "- fraction: of the same-run `clone` bandwidth (memory-bound ops), or of torch.matmul's FLOP rate (matmul, "
              "where torch eager is torch.matmul)", ""]
     rows = []
@@ -153,10 +159,12 @@ def summarize(entries: list[dict], title: str) -> str:
             "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "speedup": _f(e["speedup"], "{:.2f}x"),
             "largest shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
             "final ms (largest)": fl.get("best (ms)", _f((e.get("largest_best") or {}).get("median_ms"))),
+            "method (largest)": methods.method_text(fl.get("method") if fl else e.get("largest_method")),
             "fraction (largest)": frac,
             "torch eager ms": fl.get("torch eager (ms)", ""), "torch.compile ms": fl.get("torch.compile (ms)", ""),
             "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else "not measured",
-            "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c)"
+            "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c"
+                           + (f"/{e['outcomes']['unmeasured']}u" if e["outcomes"].get("unmeasured") else "") + ")"
                            + (" cut off" if e.get("cut_off") else "") + (" resumed" if e.get("resumed") else ""),
             "median s/iter": _f(e.get("median_iteration_wall_s"), "{:.1f}"),
             "stop": (e.get("stop") or {}).get("reason", "")[:70],

@@ -30,7 +30,8 @@ def measure_final(exp, settings) -> dict:
     for s in raw["timing"]["shapes"]:
         im = s["impls"]
         b, e, c = im["best"]["median_ms"], im["torch_eager"]["median_ms"], im["torch_compile"]["median_ms"]
-        rows.append({"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "best (ms)": f"{b:.6f}",
+        rows.append({"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "method": s.get("method", ""),
+                     "best (ms)": f"{b:.6f}",
                      "torch eager (ms)": f"{e:.6f}", "torch.compile (ms)": f"{c:.6f}", "vs eager": f"{e / b:.2f}x",
                      "vs torch.compile": f"{c / b:.2f}x",
                      "best, fraction of clone bandwidth": f"{im['best']['frac_clone_bw']:.2f}" if im["best"].get("frac_clone_bw") else "n/a"})
