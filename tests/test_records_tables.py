@@ -183,3 +183,19 @@ def test_records_written_before_the_new_fields_still_read(tmp_path):
     (rec,) = read_records(tmp_path / "results.jsonl")
     assert rec.timing_mode == "interpreter" and rec.unchecked == [] and rec.cumulative_speedup is None
     assert re.match(r"1\.5000x \(", Row.from_record(rec).speedup)
+
+
+def test_the_suite_summary_names_methods_and_explains_a_disagreement():
+    from loop.suite.summary import method_notes, target_rows
+
+    final = {"shape": "4096x16384", "dtype": "bfloat16", "method": "cuda_events_l2_flush", "best (ms)": "0.128000",
+             "torch eager (ms)": "0.2", "torch.compile (ms)": "0.2", "best, fraction of clone bandwidth": "0.71"}
+    e = {"op": "rmsnorm", "language": "triton", "final": [final], "final_largest": final, "largest_method": "cuda_graph",
+         "largest_shape": {"flops": 1e8, "bytes": 3e8}, "largest_best": {"median_ms": 0.091, "frac_clone_bw": 1.0}}
+    (note,) = method_notes([e])
+    assert "0.128000 ms by eager calls after an L2 flush" in note and "0.091000 ms by CUDA-graph replay" in note
+    assert "41% apart" in note and "launch and host-side cost" in note
+    clone = target_rows([e])[0]
+    assert clone["methods (measured / loop's)"] == ("eager calls after an L2 flush (CUDA events) / "
+                                                    "CUDA-graph replay over rotating inputs")
+    assert method_notes([dict(e, largest_best={"median_ms": 0.127})]) == []

@@ -62,6 +62,7 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
         "baseline_ms": base.latency_ms, "best_ms": best.latency_ms, "best_iteration": best.iteration,
         "speedup": cumulative(recs),  # the kept paired speedups multiplied: each from one worker, incumbent and candidate interleaved
         "largest_method": (s1 or s0 or {}).get("method"),
+        "methods": methods.methods_used(methods.timed_points(recs, backend)),  # what timed the latencies of the loop
         "largest_shape": {"shape": s0["shape"], "dtype": s0["dtype"], "flops": s0.get("flops"), "bytes": s0.get("bytes")} if s0 else None,
         "largest_baseline": base_l, "largest_best": best_l,
         "final": final_rows, "final_largest": final_large,
@@ -96,6 +97,27 @@ def _ratio(row: dict, ref: str) -> float:
     return float(row[ref]) / float(row["best (ms)"])
 
 
+def _methods(final_largest: dict, entry: dict) -> str:
+    return f"{methods.method_text(final_largest.get('method'))} / {methods.method_text(entry.get('largest_method'))}"
+
+
+def method_notes(entries: list[dict]) -> list[str]:
+    """Where the final measurement and the loop's own give the same version at its largest shape
+    latencies more than 5% apart: both, their methods, and why they differ."""
+    out = []
+    for e in entries:
+        fl, loop = e.get("final_largest") or {}, (e.get("largest_best") or {}).get("median_ms")
+        if not fl.get("best (ms)") or not loop:
+            continue
+        final = float(fl["best (ms)"])
+        if abs(math.log(final / loop)) > math.log1p(0.05):
+            out.append(f"- {e['op']} {e['language']} at {fl.get('shape')} {fl.get('dtype')}: {final:.6f} ms by "
+                       f"{methods.method_text(fl.get('method'))} (`report --measure`) and {loop:.6f} ms by "
+                       f"{methods.method_text(e.get('largest_method'))} (the loop's), {abs(final / loop - 1):.0%} apart: "
+                       f"{methods.why_differ(fl.get('method'), e.get('largest_method'))}")
+    return out
+
+
 def target_rows(entries: list[dict]) -> list[dict]:
     """Each entry against the suite's targets: measured value, target, met or not. The value is the
     entry's final measurement (`tileloop report --measure`); for the clone-bandwidth target the
@@ -111,7 +133,8 @@ def target_rows(entries: list[dict]) -> list[dict]:
             met = "not measured" if value is None else ("met" if min(values) >= target else "not met")
             rows.append({"op / impl": impl, "target": what, "measured": "" if value is None else f"{value:.2f}",
                          "loop's measurement": "" if loop_value is None else f"{loop_value:.2f}",
-                         "needed": f">= {target:.2f}", "result": met})
+                         "needed": f">= {target:.2f}", "result": met,
+                         "methods (measured / loop's)": _methods(fl, e) if loop_value is not None else ""})
 
         if e["op"] == "matmul":
             at = next((r for r in final if r.get("shape") == MATMUL_TARGET_SHAPE and r.get("dtype") == "bfloat16"), None)
@@ -156,7 +179,8 @@ def summarize(entries: list[dict], title: str) -> str:
         vs_compile = [_ratio(r, "torch.compile (ms)") for r in e.get("final") or []]
         rows.append({
             "op": e["op"], "impl": f"{e['language']}/{e['target_backend']}",
-            "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "speedup": _f(e["speedup"], "{:.2f}x"),
+            "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "method": e.get("methods") or "unknown method",
+            "speedup": _f(e["speedup"], "{:.2f}x"),
             "largest shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
             "final ms (largest)": fl.get("best (ms)", _f((e.get("largest_best") or {}).get("median_ms"))),
             "method (largest)": methods.method_text(fl.get("method") if fl else e.get("largest_method")),
@@ -178,15 +202,26 @@ def summarize(entries: list[dict], title: str) -> str:
               "speed at every benchmark shape. 'measured': the final measurement (`tileloop report --measure`); "
               "'loop's measurement': the run's own timing of the same version (a target counts as met only when both "
               "clear it).", "", markdown_table(target_rows(entries)) if entries else "", ""]
+    notes = method_notes(entries)
+    if notes:
+        lines += ["Where the final measurement and the loop's own disagree for the same version and shape:", ""] + notes + [""]
     lines += ["## Recipes kept", ""]
     for e in entries:
         lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
+    lines += [""] + languages(entries)
+    return "\n".join(lines)
+
+
+def languages(entries: list[dict]) -> list[str]:
+    """Triton against cuTile per op, at the largest shape: the final versions, with the Tile IR
+    backend of nvtriton named as measured or unavailable (never filled with a PTX number)."""
     tileir = next((e["availability"]["tileir"] for e in entries if "tileir" in e.get("availability", {})), None)
     tileir_cell = ("measured in the runs: see their perf_results" if tileir and tileir.get("available")
                    else f"unavailable: {(tileir or {}).get('reason') or 'not probed'}")
-    lines += ["", "## Triton (PTX backend) against cuTile (Tile IR), final versions, largest shape", "",
-              f"Triton through the Tile IR backend of nvtriton (`ENABLE_TILE=1`): {tileir_cell}. No number below is a "
-              "Triton-on-Tile-IR number.", ""]
+    lines = ["## Triton (PTX backend) against cuTile (Tile IR), final versions, largest shape", "",
+             f"Triton through the Tile IR backend of nvtriton (`ENABLE_TILE=1`): {tileir_cell}. No number below is a "
+             "Triton-on-Tile-IR number. Each time is the final measurement where there is one, else the loop's, by the "
+             "method of 'method (largest)' in the first table.", ""]
     by_op: dict[str, dict] = {}
     for e in entries:
         by_op.setdefault(e["op"], {})[e["language"]] = e
@@ -203,8 +238,7 @@ def summarize(entries: list[dict], title: str) -> str:
                          "cuTile ms (backend)": f"{cm} ({c['target_backend']})" if cm else "not run",
                          "Triton/TileIR (nvtriton)": tileir_cell,
                          "cuTile / Triton time": f"{float(cm) / float(tm):.2f}" if tm and cm else ""})
-    lines += [markdown_table(cmp_rows), ""]
-    return "\n".join(lines)
+    return lines + [markdown_table(cmp_rows), ""]
 
 
 def load_entries(paths: list[Path]) -> list[dict]:
