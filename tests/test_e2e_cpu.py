@@ -1,6 +1,7 @@
 """End to end on a real git repository in tmp_path, under the Triton interpreter (--device cpu):
-init, agent steps that keep, revert and crash, perf_results.md, trailers, history == records,
-an unattended run, and resume after an interruption."""
+init, agent steps that keep, revert, crash and cannot be measured (a launch-only change),
+perf_results.md, report.md and the JSON with every speedup recomputed from results.jsonl, trailers,
+history == records, an unattended run, and resume after an interruption."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from speedups import check_records_json, check_run, table_rows
 
 from loop.records import gitops, history
 from loop.cli import main
@@ -90,6 +92,15 @@ def test_agent_session_keep_revert_crash(small_repo, capsys):
     keep = run_json(capsys, ["step", "-m", "BLOCK 128 -> 1024", "--hypothesis", "fewer programs"])
     assert keep["status"] == "keep" and keep["correctness"] == "PASS" and keep["speedup"] > 1
 
+    edit(small_repo, "NUM_WARPS = 1", "NUM_WARPS = 4")  # the interpreter ignores num_warps: nothing to time
+    un = run_json(capsys, ["step", "-m", "num_warps 1 -> 4", "--hypothesis", "more warps"])
+    assert (un["status"], un["correctness"], un["decision"]["verdict"]) == ("unmeasured", "PASS", "unmeasured")
+    assert un["speedup"] is None and un["latency_ms"] is None and un["backends"]["interpreter"]["latency_ms"] is None
+    assert "launch settings (num_warps)" in un["decision"]["reason"] and "interpreter" in un["decision"]["reason"]
+    assert un["change"]["kinds"] == ["launch"] and un["change"]["measurable"] is False
+    assert un["stop"] == {"state": "continue", "reason": "", "timing": "interpreter"}
+    assert "NUM_WARPS = 1" in (small_repo / TARGET).read_text()  # back to the best version
+
     edit(small_repo, "x + y", "x - y")  # wrong values
     wrong = run_json(capsys, ["step", "-m", "subtract instead of add"])
     assert (wrong["status"], wrong["correctness"], wrong["decision"]["verdict"]) == ("revert", "FAIL", "incorrect")
@@ -99,34 +110,49 @@ def test_agent_session_keep_revert_crash(small_repo, capsys):
     crash = run_json(capsys, ["step", "-m", "syntax error"])
     assert crash["status"] == "crash" and crash["decision"]["verdict"] == "compile_error"
 
-    records = read_records(small_repo / "sandbox" / run_id / "results.jsonl")
-    assert [r.status for r in records] == ["keep", "keep", "revert", "crash"]
+    run_dir = small_repo / "sandbox" / run_id
+    records = read_records(run_dir / "results.jsonl")
+    assert [r.status for r in records] == ["keep", "keep", "unmeasured", "revert", "crash"]
     assert all(r.env.get("python") and r.source_hash for r in records)
 
-    # perf_results.md: the fixed five columns first, then one per backend, labelled as interpreter timings
-    perf = (small_repo / "sandbox" / run_id / "perf_results.md").read_text()
+    # perf_results.md: the fixed five columns first, then what makes it self-contained, then one per backend
+    perf = (run_dir / "perf_results.md").read_text()
     header = next(line for line in perf.splitlines() if line.startswith("|"))
     cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols == ["iteration", "optimization", "latency_ms", "correctness", "status", "interpreter_ms", "ptx_ms", "tileir_ms"]
-    assert "Triton interpreter timings" in perf
+    assert cols == ["iteration", "optimization", "latency_ms", "correctness", "status", "hypothesis", "decision",
+                    "speedup_vs_incumbent", "incumbent_ms", "cumulative_speedup", "commit", "ref",
+                    "interpreter_ms", "ptx_ms", "tileir_ms"]
+    assert "Triton interpreter timings" in perf and "the median at one shape (4096 float32)" in perf
+    row = table_rows(perf)[2]
+    assert (row["status"], row["correctness"], row["ref"]) == ("unmeasured", "PASS", f"refs/tileloop/{run_id}/2")
+    assert row["speedup_vs_incumbent"] == "" and row["latency_ms"] == "" and row["interpreter_ms"] == "unmeasured"
 
     # every experiment is one commit with trailers; the tip is the best kept one; rejected ones live under refs
     exps = history.experiments(small_repo, run_id, "tileloop/e2e")
-    assert [int(t["Tileloop-Iteration"]) for _, t in exps] == [0, 1, 2, 3]
+    assert [int(t["Tileloop-Iteration"]) for _, t in exps] == [0, 1, 2, 3, 4]
     for sha, t in exps:
         for key in ("Tileloop-Run", "Tileloop-Iteration", "Tileloop-Optimization", "Tileloop-Status",
-                    "Tileloop-Correctness", "Tileloop-Latency-Ms", "Tileloop-Interpreter-Ms", "Tileloop-Speedup"):
+                    "Tileloop-Correctness", "Tileloop-Latency-Ms", "Tileloop-Interpreter-Ms", "Tileloop-Speedup",
+                    "Tileloop-Cumulative-Speedup", "Tileloop-Decision", "Tileloop-Timing"):
             assert key in t, (sha, key)
     assert git(small_repo, "rev-parse", "HEAD").strip() == records[1].commit
     refs = gitops.refs_under(small_repo, f"refs/tileloop/{run_id}")
-    assert sorted(refs) == [f"refs/tileloop/{run_id}/2", f"refs/tileloop/{run_id}/3"]
+    assert sorted(refs) == [f"refs/tileloop/{run_id}/{n}" for n in (2, 3, 4)]
     assert git(small_repo, "status", "--porcelain", "--untracked-files=no") == ""
 
     # history, from git alone, equals the records
     hist = run_json(capsys, ["history"])
     from_records = [Row.from_record(r) for r in records]
     assert history.rows(small_repo, run_id, "tileloop/e2e") == from_records
-    assert [row["status"] for row in hist["rows"]] == ["keep", "keep", "revert", "crash"]
+    assert [row["status"] for row in hist["rows"]] == ["keep", "keep", "unmeasured", "revert", "crash"]
+
+    # every speedup published (perf_results.md, report.md, the JSON) recomputed from results.jsonl
+    report = run_json(capsys, ["report"])
+    text = (small_repo / report["report"]).read_text()
+    path = text[text.index("## Optimization path"):]
+    assert table_rows(path)[2]["status"] == "unmeasured" and "launch settings (num_warps)" in path
+    assert check_run(run_dir) >= 5
+    check_records_json(run_json(capsys, ["results"])["records"], records)
 
 
 def test_integrity_refuses_other_files(small_repo, capsys):
@@ -146,12 +172,9 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
     records = out["records"]
     assert records[0]["optimization"] == "baseline" and len(records) == 3
     assert "@triton.autotune" in records[1]["optimization"]  # memory-bound: the autotune space first
-    # the interpreter runs an autotuned kernel's first config (the current one), so the candidate is
-    # usually within noise and reverted; interpreter noise can keep it. Either way the next move follows:
-    if records[1]["status"] == "keep":  # block sizes and warps now belong to the tuner: the next recipe
-        assert "persistent" in records[2]["optimization"], records[2]["optimization"]
-    else:
-        assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS")), records[2]["optimization"]
+    # the interpreter runs an autotuned kernel's first config, here the current one: nothing it can time
+    assert records[1]["status"] == "unmeasured" and records[1]["change"]["kinds"] == ["autotune_configs"]
+    assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS")), records[2]["optimization"]
 
     # interrupt the next iteration during its measurement, then resume: recorded once, as crash (interrupted)
     from loop.run import measuring
@@ -167,6 +190,7 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
     resumed = run_json(capsys, ["resume", "--no-continue"])
     recs = resumed["records"]
     assert len(recs) == 4 and recs[3]["status"] == "crash" and recs[3]["optimization"].endswith("(interrupted)")
+    assert recs[3]["correctness"] == "not checked" and recs[3]["decision"]["verdict"] == "interrupted"
     run_id = resumed["run"]
     assert history.rows(small_repo, run_id, "tileloop/auto") == [
         Row.from_record(r) for r in read_records(small_repo / "sandbox" / run_id / "results.jsonl")]

@@ -401,7 +401,7 @@ def test_unattended_run_with_junitxml_records(harness_repo, capsys, clean_env, t
     assert [s["record"]["name"] for s in shapes] == ["checks.test_perf::test_perf_property[64]",
                                                      "checks.test_perf::test_perf_property[256]"]
     assert out["records"][1]["speedup"] > 1.4
-    assert out["stop"] == {"state": "stop", "reason": "reached 1 iterations"}
+    assert out["stop"] == {"state": "stop", "reason": "reached 1 iterations", "timing": "harness"}
     state = json.loads((harness_repo / "sandbox" / "toy-run" / "state.json").read_text())
     assert state["harness"]["bench_cmd"] == BENCH_JUNIT and state["mode"] == "run"
 

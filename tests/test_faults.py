@@ -69,5 +69,7 @@ def test_op_fault_variants_planted_in_an_unattended_run(tmp_path, clean_env, cap
     out = json.loads(capsys.readouterr().out)
     rows = [(r["iteration"], r["status"], r["decision"].get("verdict")) for r in out["records"]]
     assert rows[1] == (1, "revert", "incorrect"), rows
-    assert len(rows) == 3 and rows[2][1] in ("keep", "revert")  # the run went on after the fault
+    # the run went on after the fault (its next candidate, the autotune space whose first config is the current
+    # launch, is one the interpreter cannot time: unmeasured)
+    assert len(rows) == 3 and rows[2][1] in ("keep", "revert", "unmeasured")
     assert git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""

@@ -5,8 +5,9 @@ key, every status, every decision, every commit trailer and every table layout i
 every output is also checked against its JSON Schema (loop/cli/schema/) before it is masked.
 
 The session's decisions do not depend on timing noise: a wrong candidate (revert, incorrect), a
-candidate that does not parse (crash, compile_error), an unchanged target (a user error), and an
-unattended run whose one experiment is a planted fault. Regenerate after an intended change with
+candidate that does not parse (crash, compile_error), a launch-only change that the interpreter
+cannot time (unmeasured: num_warps), an unchanged target (a user error), and an unattended run
+whose one experiment is a planted fault. Regenerate after an intended change with
 TILELOOP_UPDATE_GOLDEN=1 and read the diff before committing it.
 """
 
@@ -91,6 +92,8 @@ def session(repo: Path, capsys, monkeypatch) -> tuple[list[dict], dict[str, str]
     calls.append(call(capsys, repo, ["step", "-m", "subtract instead of add", "--hypothesis", "wrong on purpose"]))
     edit(repo, "pid = tl.program_id(0)", "pid = tl.program_id(0) +")
     calls.append(call(capsys, repo, ["step", "-m", "syntax error"]))
+    edit(repo, "NUM_WARPS = 1", "NUM_WARPS = 4")
+    calls.append(call(capsys, repo, ["step", "-m", "num_warps 1 -> 4", "--hypothesis", "more warps per program"]))
     calls.append(call(capsys, repo, ["step", "-m", "nothing changed"]))
     for argv in (["status"], ["history"], ["results"], ["report"], ["resume"], ["experience", "list"],
                  ["playbook", "list"], ["playbook", "show", "launch-param"],
@@ -100,8 +103,8 @@ def session(repo: Path, capsys, monkeypatch) -> tuple[list[dict], dict[str, str]
     files = {name: mask_table((repo / "sandbox" / "golden" / name).read_text(), repo)
              for name in ("perf_results.md", "report.md")}
     assert run_id == "golden"
-    log = subprocess.run(["git", "log", "--format=%B%n-----", "tileloop/golden",
-                          "refs/tileloop/golden/1", "refs/tileloop/golden/2"], cwd=repo, check=True,
+    log = subprocess.run(["git", "log", "--format=%B%n-----", "tileloop/golden", "refs/tileloop/golden/1",
+                          "refs/tileloop/golden/2", "refs/tileloop/golden/3"], cwd=repo, check=True,
                          capture_output=True, text=True).stdout
     files["commit-messages.txt"] = mask_text(log, repo)
     records = [mask(json.loads(line), repo) for line in (repo / "sandbox" / "golden" / "results.jsonl").read_text().splitlines()]

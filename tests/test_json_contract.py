@@ -184,7 +184,8 @@ def test_a_drifted_output_fails_its_schema(kernel_repo, capsys, monkeypatch, jso
 def test_experience_and_playbook_actions_fit_their_schemas(kernel_repo, capsys):
     entry = experience.Entry(op="vector_add", kernel_class="element-wise", language="triton", backend="interpreter",
                              arch="cpu", kind="block", key="launch-param:BLOCK=256", optimization="BLOCK 128 -> 256",
-                             outcome="keep", verdict="improved", speedup=1.25, run="r", date="2026-01-01")
+                             outcome="keep", verdict="improved", speedup=1.25, run="r", date="2026-01-01",
+                             timing="interpreter", device="CPU")
     experience.append(entry)
     experience.append(dataclasses.replace(entry, outcome="revert", verdict="within_noise", speedup=None))
     with open(experience.path(), "a") as fh:  # an entry a later tileloop wrote, with a field added since

@@ -44,10 +44,11 @@ def test_kill_at_stage_then_resume(small_repo, stage):
     records = read_records(small_repo / "sandbox" / run_id / "results.jsonl")
     assert [r.iteration for r in records] == [0, 1]
     if stage == "record":  # the decision was made and written before the kill: it stands
-        assert records[1].status in ("keep", "revert") and "(interrupted)" not in records[1].optimization
+        # (the first candidate, the autotune space over the current launch, cannot show in interpreter timings)
+        assert records[1].status in ("keep", "revert", "unmeasured") and "(interrupted)" not in records[1].optimization
     else:
         assert records[1].status == "crash" and records[1].optimization.endswith("(interrupted)")
-        assert records[1].failure["status"] == "interrupted"
+        assert records[1].failure["status"] == "interrupted" and records[1].correctness == "not checked"
     assert out["inflight"] is None
 
     best = [r for r in records if r.status == "keep"][-1].commit

@@ -91,7 +91,8 @@ def record_summary(rec: Record) -> dict:
         "iteration": rec.iteration, "optimization": rec.optimization, "hypothesis": rec.hypothesis,
         "rationale": rec.rationale, "expected": rec.expected, "kind": rec.kind,
         "status": rec.status, "correctness": rec.correctness, "latency_ms": rec.latency_ms, "speedup": rec.speedup,
-        "commit": rec.commit, "key": rec.recipe, "decision": rec.decision, "failure": rec.failure,
+        "cumulative_speedup": rec.cumulative_speedup, "timing": rec.timing_mode, "change": rec.change,
+        "unchecked": rec.unchecked, "commit": rec.commit, "key": rec.recipe, "decision": rec.decision, "failure": rec.failure,
         "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
                          "incumbent_ms": v.incumbent_ms, "reason": v.reason, "timing": v.timing_label,
                          "shapes": v.shapes} for k, v in rec.backends.items()},
@@ -99,11 +100,12 @@ def record_summary(rec: Record) -> dict:
 
 
 def row_json(r: Row) -> dict:
-    """A perf_results.md row: `latency_ms` a number (null where the table's cell is empty), the
-    backends' cells as the table shows them."""
-    return {"iteration": r.iteration, "optimization": r.optimization,
-            "latency_ms": float(r.latency_ms) if r.latency_ms else None,
-            "correctness": r.correctness, "status": r.status, "backends": dict(r.backends)}
+    """A perf_results.md row: latencies as numbers (null where the table's cell is empty), the other
+    cells (speedups with their interval, the decision, the backends) as the table shows them."""
+    def number(cell: str) -> float | None:
+        return float(cell) if cell else None
+
+    return {**r.to_json(), "latency_ms": number(r.latency_ms), "incumbent_ms": number(r.incumbent_ms)}
 
 
 def status_payload(exp) -> dict:

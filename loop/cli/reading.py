@@ -102,8 +102,10 @@ def cmd_experience(args, settings) -> int:
     else:
         if not (args.kernel_class and args.backend):
             raise UserError("experience recommend needs --kernel-class and --backend")
-        rows = experience.recommend(experience.load(), args.kernel_class, args.backend, args.arch)
-        emit(args, {"recommend": rows}, markdown_table(rows) if rows else "(no experience for this kind of kernel yet)")
+        rec = experience.recommend(experience.load(), args.kernel_class, args.backend, args.arch)
+        emit(args, {"recommend": rec.rows, "lane": rec.lane, "rows_used": rec.used, "scope": rec.scope,
+                    "left_out": rec.left_out},
+             (markdown_table(rec.rows) if rec.rows else "(no experience for this kind of kernel yet)") + "\n" + rec.text())
     return 0
 
 

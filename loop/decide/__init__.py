@@ -1,11 +1,13 @@
 """Decisions: keep, revert or stop, as pure functions over measurements (no I/O, no clock).
 
-rules   the policy, the paired comparison per shape, the keep/revert verdict and the stop rules
-check   decision-check's verdicts: each trial of a planted or A/A scenario decided by the rules
+rules       the policy, the paired comparison per shape, the keep/revert verdict and the stop rules
+measurable  whether a change (its kinds of differences) can show in a timing mode
+check       decision-check's verdicts: each trial of a planted or A/A scenario decided by the rules
 
 The names below are the package's interface: `decide.Policy`, `decide.decide(...)`, ...
 """
 
+from loop.decide.measurable import Change, Measurability, measurability
 from loop.decide.rules import (
                                CRASH_STATUSES,
                                Action,
@@ -19,7 +21,9 @@ from loop.decide.rules import (
                                comparisons,
                                decide,
                                stop_state,
+                               stopping,
 )
 
-__all__ = ["CRASH_STATUSES", "Action", "Decision", "Policy", "Progress", "ShapeComparison", "StopState", "combine",
-           "compare_shape", "comparisons", "decide", "stop_state"]
+__all__ = ["CRASH_STATUSES", "Action", "Change", "Decision", "Measurability", "Policy", "Progress", "ShapeComparison",
+           "StopState", "combine", "compare_shape", "comparisons", "decide", "measurability", "stop_state",
+           "stopping"]

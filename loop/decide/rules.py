@@ -4,6 +4,8 @@ The policy follows the TileGym loop, made precise:
 
 * correctness FAIL -> revert; crash (compile_error, runtime_error, timeout, oom) -> crash;
 * a guard backend incorrect or crashing -> revert;
+* a correct change that cannot show in this timing mode (`loop.decide.measurable`) -> unmeasured: the
+  source goes back like a revert, and no timing is looked at;
 * any benchmark shape slower by more than `regression` *beyond noise* (its whole interval below
   1 - regression) -> revert;
 * a speedup counts only when the lower end of its interval clears 1 (the measured noise band);
@@ -12,6 +14,7 @@ The policy follows the TileGym loop, made precise:
 * speedups over `suspicious` (3x), overall or at any one shape, are measured again before they count;
 * stop: two non-improvements in a row, `max_iters` (25), a time budget, an exhausted playbook;
   two crashes in a row -> escalate (a person should look: the playbook cannot explain them).
+  Unmeasured iterations count towards the iteration limit only: they say nothing about gains or crashes.
 
 Noise: incumbent and candidate are timed interleaved, so sample i of each comes from the same
 round. Per shape we take the paired log-ratios d_i = log(t_incumbent / t_candidate), their
@@ -28,7 +31,7 @@ from typing import Literal, Sequence
 
 from loop.common.stats import ShapeComparison, paired
 
-Action = Literal["keep", "revert", "crash", "remeasure"]
+Action = Literal["keep", "revert", "crash", "unmeasured", "remeasure"]
 CRASH_STATUSES = ("compile_error", "runtime_error", "timeout", "oom")
 
 
@@ -53,7 +56,8 @@ class Policy:
 @dataclass(frozen=True)
 class Decision:
     action: Action
-    verdict: str  # improved | low_gain | marginal | within_noise | regression | incorrect | guard_failed | <crash status> | suspicious
+    verdict: str  # improved | low_gain | marginal | within_noise | regression | incorrect | guard_failed | unexercised
+    #               | unmeasured | <crash status> | suspicious
     reason: str
     speedup: float | None = None
     lo: float | None = None
@@ -96,9 +100,12 @@ def decide(
     guard_failures: Sequence[str] = (),
     remeasured: bool = False,
     unexercised: Sequence[str] = (),
+    unmeasurable: str = "",
 ) -> Decision:
     """One iteration's decision. `failure` is the target backend's typed failure, if any;
-    `unexercised` the functions the change touched when none of them ran in the checks."""
+    `unexercised` the functions the change touched when none of them ran in the checks;
+    `unmeasurable` why the change cannot show in this timing mode, when it cannot (its timing,
+    if any, is not looked at)."""
     if failure in CRASH_STATUSES:
         return Decision("crash", failure, failure_message or failure)
     if failure == "incorrect":
@@ -112,6 +119,8 @@ def decide(
     if unexercised:
         return Decision("revert", "unexercised", f"the change touches only {', '.join(unexercised)}, which no checked "
                         "shape runs: the correctness checks cannot have seen it")
+    if unmeasurable:
+        return Decision("unmeasured", "unmeasured", unmeasurable)
     if not shapes:
         raise ValueError("decide needs at least one shape comparison when nothing failed")
     rows = [s.to_json() for s in shapes]
@@ -142,36 +151,56 @@ class Progress:
 
     iterations: int  # experiments finished, baseline excluded
     elapsed_s: float
-    outcomes: tuple[str, ...]  # per finished iteration: keep | revert | crash (in order)
-    last_verdict: str | None = None
+    outcomes: tuple[str, ...]  # per finished iteration: keep | revert | crash | unmeasured (in order)
+    last_verdict: str | None = None  # of the last iteration decided on its timing or failure (not unmeasured)
     crash_causes: tuple[str, ...] = ()  # failure status of each crash, in order
     playbook_exhausted: bool = False
+    timing: str = "gpu"  # interpreter | gpu | harness: what the decisions were made on
 
 
 @dataclass(frozen=True)
 class StopState:
     state: Literal["continue", "stop", "escalate"]
     reason: str
+    timing: str = ""  # interpreter | gpu | harness: the timings the stop rules read
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
+INTERPRETER_NOTES = (" (a run on Triton interpreter timings of the CPU, not GPU timings)",
+                     " (decided on Triton interpreter timings of the CPU, not GPU timings)")
+
+
+def stopping(what: Literal["continue", "stop", "escalate"], reason: str, timing: str, timed: bool = False) -> StopState:
+    """A stop state; under the interpreter its reason says so (`timed`: the rule read the timings)."""
+    note = INTERPRETER_NOTES[timed] if timing == "interpreter" and what != "continue" else ""
+    return StopState(what, reason + note, timing)
+
+
 def stop_state(policy: Policy, progress: Progress) -> StopState:
-    tail = list(progress.outcomes[-max(policy.max_no_improve, policy.max_crashes):])
+    """The stop rules over the decided outcomes (unmeasured iterations are skipped: they measured
+    nothing). Under the interpreter every stop says so in its reason, the rules that read timings
+    that they decided on them."""
+
+    def state(what, reason: str, timed: bool = False) -> StopState:
+        return stopping(what, reason, progress.timing, timed)
+
+    decided = [o for o in progress.outcomes if o != "unmeasured"]
+    tail = decided[-max(policy.max_no_improve, policy.max_crashes):]
     crashes = [o for o in tail[-policy.max_crashes:] if o == "crash"]
     if len(crashes) >= policy.max_crashes:
         causes = ", ".join(progress.crash_causes[-policy.max_crashes:])
-        return StopState("escalate", f"{policy.max_crashes} crashes in a row ({causes}): root cause unknown, needs a person")
+        return state("escalate", f"{policy.max_crashes} crashes in a row ({causes}): root cause unknown, needs a person")
     if policy.early_stop and progress.last_verdict == "marginal":
-        return StopState("stop", "last improvement below 2%: keep but stop")
+        return state("stop", "last improvement below 2%: keep but stop", timed=True)
     recent = tail[-policy.max_no_improve:]
     if policy.early_stop and len(recent) >= policy.max_no_improve and all(o != "keep" for o in recent):
-        return StopState("stop", f"no improvement in {policy.max_no_improve} consecutive iterations")
+        return state("stop", f"no improvement in {policy.max_no_improve} consecutive iterations", timed=True)
     if progress.iterations >= policy.max_iters:
-        return StopState("stop", f"reached {policy.max_iters} iterations")
+        return state("stop", f"reached {policy.max_iters} iterations")
     if policy.time_budget_s is not None and progress.elapsed_s >= policy.time_budget_s:
-        return StopState("stop", f"time budget of {policy.time_budget_s:.0f}s spent")
+        return state("stop", f"time budget of {policy.time_budget_s:.0f}s spent")
     if progress.playbook_exhausted:
-        return StopState("stop", "playbook exhausted: every applicable candidate was tried")
-    return StopState("continue", "")
+        return state("stop", "playbook exhausted: every applicable candidate was tried")
+    return state("continue", "")

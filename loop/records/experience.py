@@ -2,9 +2,13 @@
 (`TILELOOP_EXPERIENCE`, default ~/.tileloop/experience.jsonl), and what it recommends.
 
 An entry says which change (recipe kind and key) was tried on which kind of kernel (class,
-language), backend and architecture, and how it went (keep/revert/crash, speedup). `recommend`
-ranks change kinds for a kernel class/backend/arch by their kept fraction and mean speedup;
-the playbook's ordering uses that rank before its static priority order.
+language), backend and architecture, how it was timed (timing mode: interpreter, gpu or harness;
+the device) and how it went (keep/revert/crash/unmeasured, speedup). `recommend` ranks change kinds
+for a kernel class/backend/arch by their kept fraction and mean speedup, from entries of the same
+timing lane only: a GPU backend's ranking never reads interpreter timings (nor entries written
+before the timing mode was recorded, read as mode `unknown`), and unmeasured entries, which
+measured nothing, are not counted. The playbook's ordering uses that rank before its static
+priority order.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ import json
 import math
 import os
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from loop import backends as backend_registry
+
 SCHEMA = "tileloop.experience/1"
+UNKNOWN = "unknown"  # the timing mode of entries written before it was recorded
 
 
 def path() -> Path:
@@ -33,12 +40,14 @@ class Entry:
     kind: str  # the variable changed (block, num_warps, occupancy, ...) or "agent" for hand edits
     key: str
     optimization: str
-    outcome: str  # keep | revert | crash
+    outcome: str  # keep | revert | crash | unmeasured
     verdict: str
     speedup: float | None
     run: str
     date: str
     schema: str = SCHEMA
+    timing: str = UNKNOWN  # interpreter | gpu | harness: how the outcome was timed
+    device: str = ""  # the GPU's name, or CPU
 
 
 FIELDS = {f.name for f in fields(Entry)}
@@ -74,7 +83,9 @@ def matching(entries: list[Entry], kernel_class: str | None = None, backend: str
 
 
 def stats(entries: list[Entry]) -> list[dict]:
-    """Per change kind: tries, kept fraction, crash fraction, geometric-mean speedup of the kept ones."""
+    """Per change kind: tries, kept fraction, crash fraction, geometric-mean speedup of the kept ones.
+    Unmeasured entries are no tries: they measured nothing."""
+    entries = [e for e in entries if e.outcome != "unmeasured"]
     groups: dict[str, list[Entry]] = defaultdict(list)
     for e in entries:
         groups[e.kind].append(e)
@@ -94,9 +105,43 @@ def score(row: dict) -> float:
     return row["kept"] * gain / (row["tries"] + 2)
 
 
-def recommend(entries: list[Entry], kernel_class: str, backend: str, arch: str | None = None) -> list[dict]:
-    """Change kinds ranked for this kind of kernel; falls back to the class alone when the backend has no history."""
-    rows = stats(matching(entries, kernel_class, backend, arch))
-    if not rows:
-        rows = stats(matching(entries, kernel_class))
-    return rows
+def lane(backend: str) -> str:
+    """The timing mode a backend's ranking may read: gpu for a GPU backend, else its own (interpreter, harness)."""
+    if backend in backend_registry.BACKENDS:
+        return backend_registry.get(backend).timing_label
+    return backend
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Change kinds ranked for one kind of kernel, and what the ranking was read from."""
+
+    rows: list[dict]
+    lane: str  # the timing mode of the entries used
+    used: int  # entries the ranking counted
+    scope: str  # which entries: the backend's (and arch's), or the lane's when the backend has none
+    left_out: dict[str, int] = field(default_factory=dict)  # entries of the kernel class not counted, by why
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        left = ", ".join(f"{n} {why}" for why, n in self.left_out.items() if n)
+        return (f"ranked from {self.used} {self.lane} entr{'y' if self.used == 1 else 'ies'} ({self.scope})"
+                + (f"; not counted: {left}" if left else ""))
+
+
+def recommend(entries: list[Entry], kernel_class: str, backend: str, arch: str | None = None) -> Recommendation:
+    """Change kinds ranked for this kind of kernel from entries of the backend's timing lane, decided on
+    their timing (not unmeasured); falls back to the lane's other backends when this one has no history."""
+    mode = lane(backend)
+    same_class = matching(entries, kernel_class)
+    usable = [e for e in same_class if e.timing == mode and e.outcome != "unmeasured"]
+    left_out = {"of another timing mode": sum(e.timing not in (mode, UNKNOWN) for e in same_class),
+                "of unknown timing mode": sum(e.timing == UNKNOWN for e in same_class),
+                "unmeasured": sum(e.timing == mode and e.outcome == "unmeasured" for e in same_class)}
+    own = matching(usable, kernel_class, backend, arch)
+    scope = f"{kernel_class} kernels on {backend}" + (f", {arch}" if arch else "")
+    if not own:
+        own, scope = usable, f"{kernel_class} kernels on any {mode} backend ({backend} has none)"
+    return Recommendation(stats(own), mode, len(own), scope, left_out)

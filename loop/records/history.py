@@ -1,16 +1,18 @@
-"""Trailers written on every experiment commit, and the history rebuilt from git alone."""
+"""Trailers written on every experiment commit, and the history rebuilt from git alone: every column
+of perf_results.md has a trailer (the commit and the ref from git itself), so `tileloop history`
+rebuilds the same rows as the records do."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from loop.records import gitops
-from loop.records.perf_table import Row
-from loop.records.results import Record, fmt_ms
+from loop.records.perf_table import DECISION_CHARS, HYPOTHESIS_CHARS, Row, decision_text, one_line, short, speedup_cell
+from loop.records.results import Record, fmt_ms, ref_of
 
 
 def ref_prefix(run_id: str) -> str:
-    return f"refs/tileloop/{run_id}/"
+    return ref_of(run_id, 0)[:-1]
 
 
 def trailer_key(backend: str) -> str:
@@ -31,11 +33,25 @@ def trailers_for(record: Record, pending: bool = False) -> dict[str, str]:
     for name, b in record.backends.items():
         t[trailer_key(name)] = b.cell
     t["Tileloop-Speedup"] = f"{record.speedup:.4f}" if record.speedup is not None else "n/a"
+    if record.lo is not None and record.hi is not None:
+        t["Tileloop-Speedup-Interval"] = f"{record.lo:.4f}-{record.hi:.4f}"
+    target = record.backends.get(record.target_backend)
+    if target is not None and target.incumbent_ms is not None:
+        t["Tileloop-Incumbent-Ms"] = fmt_ms(target.incumbent_ms)
+    if record.cumulative_speedup is not None:
+        t["Tileloop-Cumulative-Speedup"] = f"{record.cumulative_speedup:.4f}"
+    if record.hypothesis:
+        t["Tileloop-Hypothesis"] = one_line(record.hypothesis)
     if record.decision:
-        t["Tileloop-Decision"] = f"{record.decision.get('verdict')}: {record.decision.get('reason', '')}"
+        t["Tileloop-Decision"] = decision_text(record.decision)
+    if record.change.get("kinds"):
+        details = record.change.get("details") or []
+        t["Tileloop-Change"] = ",".join(record.change["kinds"]) + (f" ({','.join(details)})" if details else "")
+    if record.unchecked:
+        t["Tileloop-Unchecked"] = "; ".join(record.unchecked)
     if record.recipe:
         t["Tileloop-Recipe"] = record.recipe
-    t["Tileloop-Timing"] = "interpreter" if record.interpreter else "harness" if record.harness else "gpu"
+    t["Tileloop-Timing"] = record.timing_mode
     if record.harness:  # an external run: the commands that decided, as run settings
         t["Tileloop-Test-Cmd"] = record.harness["test_cmd"]
         t["Tileloop-Bench-Cmd"] = record.harness["bench_cmd"]
@@ -57,12 +73,19 @@ def commit_message(record: Record, pending: bool = False) -> str:
     return gitops.format_message(subject, "\n".join(body), trailers_for(record, pending))
 
 
-def row_from_trailers(t: dict[str, str]) -> Row:
+def row_from_trailers(sha: str, t: dict[str, str]) -> Row:
+    """The perf_results.md row of an experiment commit, from its sha and trailers alone."""
     names = [n for n in t.get("Tileloop-Backends", "").split(",") if n]
-    latency = t.get("Tileloop-Latency-Ms", "")
-    return Row(int(t["Tileloop-Iteration"]), t.get("Tileloop-Optimization", ""), "" if latency == "n/a" else latency,
-               t.get("Tileloop-Correctness", ""), t.get("Tileloop-Status", ""),
-               tuple((n, t.get(trailer_key(n), "")) for n in names))
+    latency, speedup = t.get("Tileloop-Latency-Ms", ""), t.get("Tileloop-Speedup", "")
+    status, n = t.get("Tileloop-Status", ""), int(t["Tileloop-Iteration"])
+    cumulative = t.get("Tileloop-Cumulative-Speedup", "")
+    return Row(n, t.get("Tileloop-Optimization", ""), "" if latency == "n/a" else latency,
+               t.get("Tileloop-Correctness", ""), status, short(t.get("Tileloop-Hypothesis", ""), HYPOTHESIS_CHARS),
+               short(t.get("Tileloop-Decision", ""), DECISION_CHARS),
+               speedup_cell("" if speedup == "n/a" else speedup, t.get("Tileloop-Speedup-Interval", "")),
+               t.get("Tileloop-Incumbent-Ms", ""), f"{cumulative}x" if cumulative and status == "keep" else "",
+               sha[:10], ref_of(t.get("Tileloop-Run", ""), n) if status != "keep" else "",
+               tuple((name, t.get(trailer_key(name), "")) for name in names))
 
 
 def experiments(root: Path, run_id: str, branch: str) -> list[tuple[str, dict[str, str]]]:
@@ -76,4 +99,4 @@ def experiments(root: Path, run_id: str, branch: str) -> list[tuple[str, dict[st
 
 
 def rows(root: Path, run_id: str, branch: str) -> list[Row]:
-    return [row_from_trailers(t) for _sha, t in experiments(root, run_id, branch)]
+    return [row_from_trailers(sha, t) for sha, t in experiments(root, run_id, branch)]

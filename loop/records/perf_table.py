@@ -1,14 +1,43 @@
-"""perf_results.md: the TileGym skill's five columns first, then one latency column per backend,
-rendered with pandas + tabulate from the records (or from commit trailers, `loop.records.history`),
-and regenerated atomically by the run after every iteration."""
+"""perf_results.md: a file a reader needs nothing else to read. A header says what the latencies
+are (timing mode and method, which shapes, how they aggregate, that rows are separate measurements,
+which dtypes went unchecked); then the table: the TileGym skill's five columns first, in order,
+then the hypothesis, the decision and its reason, the paired speedup against the incumbent with its
+interval, the incumbent's latency in the same measurement, the cumulative speedup (kept speedups
+multiplied), the commit and, for one not kept, the ref that keeps it, and one latency column per
+backend. Rendered with pandas + tabulate from the records (or from commit trailers,
+`loop.records.history`, which rebuilds the same rows), regenerated atomically after every iteration."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from loop.records.results import Record, fmt_ms
+from loop.records import methods
+from loop.records.results import Record, fmt_ms, ref_of
 
 FIXED_COLUMNS = ["iteration", "optimization", "latency_ms", "correctness", "status"]
+EXTRA_COLUMNS = ["hypothesis", "decision", "speedup_vs_incumbent", "incumbent_ms", "cumulative_speedup", "commit", "ref"]
+HYPOTHESIS_CHARS, DECISION_CHARS = 60, 140
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def short(text: str, limit: int) -> str:
+    text = one_line(text)
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def speedup_cell(speedup: str, interval: str) -> str:
+    """`1.2345x (1.2001-1.2702)`: the paired speedup and its interval, as the trailers carry them."""
+    if not speedup:
+        return ""
+    return f"{speedup}x ({interval})" if interval else f"{speedup}x"
+
+
+def decision_text(decision: dict) -> str:
+    """The decision as its commit trailer carries it: `verdict: reason`."""
+    return f"{decision.get('verdict')}: {decision.get('reason', '')}" if decision else ""
 
 
 @dataclass(frozen=True)
@@ -20,12 +49,31 @@ class Row:
     latency_ms: str
     correctness: str
     status: str
+    hypothesis: str
+    decision: str
+    speedup: str
+    incumbent_ms: str
+    cumulative: str
+    commit: str
+    ref: str
     backends: tuple[tuple[str, str], ...]
 
     @classmethod
     def from_record(cls, r: Record) -> "Row":
+        target = r.backends.get(r.target_backend)
+        interval = f"{r.lo:.4f}-{r.hi:.4f}" if r.lo is not None and r.hi is not None else ""
         return cls(r.iteration, r.optimization, fmt_ms(r.latency_ms), r.correctness, r.status,
+                   short(r.hypothesis, HYPOTHESIS_CHARS), short(decision_text(r.decision), DECISION_CHARS),
+                   speedup_cell(f"{r.speedup:.4f}" if r.speedup is not None else "", interval),
+                   fmt_ms(target.incumbent_ms if target else None),
+                   f"{r.cumulative_speedup:.4f}x" if r.cumulative_speedup is not None and r.status == "keep" else "",
+                   (r.commit or "")[:10], ref_of(r.run, r.iteration) if r.commit and r.status != "keep" else "",
                    tuple((name, b.cell) for name, b in r.backends.items()))
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["backends"] = dict(self.backends)
+        return d
 
 
 def render_table(rows: list[Row]) -> str:
@@ -39,10 +87,12 @@ def render_table(rows: list[Row]) -> str:
     data = []
     for row in rows:
         cells = dict(row.backends)
-        data.append([row.iteration, row.optimization, row.latency_ms, row.correctness, row.status]
+        data.append([row.iteration, row.optimization, row.latency_ms, row.correctness, row.status, row.hypothesis,
+                     row.decision, row.speedup, row.incumbent_ms, row.cumulative, row.commit, row.ref]
                     + [cells.get(n, "") for n in names])
-    df = pd.DataFrame(data, columns=FIXED_COLUMNS + [f"{n}_ms" for n in names])
-    return df.to_markdown(index=False, disable_numparse=True, colalign=["right", "left", "right", "left", "left"] + ["right"] * len(names))
+    df = pd.DataFrame(data, columns=FIXED_COLUMNS + EXTRA_COLUMNS + [f"{n}_ms" for n in names])
+    align = ["right", "left", "right", "left", "left", "left", "left", "right", "right", "right", "left", "left"]
+    return df.to_markdown(index=False, disable_numparse=True, colalign=align + ["right"] * len(names))
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -61,12 +111,40 @@ def markdown_table(rows: list[dict]) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
 
-def render_perf_results(run_id: str, header: dict, rows: list[Row], interpreter: bool) -> str:
+def measurement_lines(records: list[Record], target_backend: str, harness: dict | None = None) -> list[str]:
+    """The header lines that say what the latencies and speedups of the table are."""
+    points = methods.timed_points(records, target_backend)
+    mode = records[0].timing_mode if records else ("harness" if harness else "gpu")
+    if harness:
+        latency = (f"per row, the geometric mean over the bench command's records of their median over "
+                   f"{harness['bench_repeats']} runs ({len(points)} record(s): {', '.join(p for p, _ in points)})")
+    else:
+        latency = f"per row, that row's version on the {target_backend} backend: {methods.aggregation(points)}"
+    lines = [f"timing: {methods.MODES[mode]}; method: {methods.methods_used(points)}",
+             f"latency_ms: {latency}",
+             "rows: each row is its own measurement (the incumbent and the candidate timed interleaved in one worker "
+             "process), so latencies of different rows are not comparable; compare within a row "
+             "(speedup_vs_incumbent, incumbent_ms)",
+             "speedup_vs_incumbent: incumbent time / candidate time, paired round by round (median of the per-round "
+             "ratios, geometric mean over the shapes) with its 99% interval; incumbent_ms: the incumbent's latency in "
+             "the same measurement; cumulative_speedup: the product of the kept rows' paired speedups (the best "
+             "version against the baseline)",
+             "status: keep | revert | crash | unmeasured (a change that cannot show in these timings: checked for "
+             "correctness, not decided on timing, reverted); a commit not kept stays under its ref"]
+    gaps = methods.unchecked(records)
+    if gaps:
+        lines.append(f"unchecked: {'; '.join(gaps)} (correctness PASS covers the spec's other dtypes only)")
+    return lines
+
+
+def render_perf_results(run_id: str, header: dict, records: list[Record], target_backend: str,
+                        harness: dict | None = None) -> str:
     lines = [f"# perf_results: {run_id}", ""]
     for key, value in header.items():
         lines.append(f"- {key}: {value}")
-    if interpreter:
+    lines += [f"- {line}" for line in measurement_lines(records, target_backend, harness)]
+    if any(r.interpreter for r in records):
         lines += ["", "> Timings in this table are **Triton interpreter timings on the CPU** (`--device cpu`),",
                   "> not GPU timings: they test the loop, not the kernel's speed."]
-    lines += ["", render_table(rows), ""]
+    lines += ["", render_table([Row.from_record(r) for r in records]), ""]
     return "\n".join(lines)

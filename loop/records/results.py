@@ -12,11 +12,17 @@ from pathlib import Path
 from typing import Literal
 
 RECORD_SCHEMA = "tileloop.record/1"
-Status = Literal["keep", "revert", "crash"]
+Status = Literal["keep", "revert", "crash", "unmeasured"]
+NOT_CHECKED = "not checked"  # the correctness of an experiment that never reached its checks (an interruption)
 
 
 def fmt_ms(value: float | None) -> str:
     return "" if value is None else f"{value:.6f}"
+
+
+def ref_of(run_id: str, iteration: int) -> str:
+    """Where an experiment that is not kept lives on: refs/tileloop/<run>/<iteration>."""
+    return f"refs/tileloop/{run_id}/{iteration}"
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,7 @@ class BackendResult:
 
     name: str
     available: bool
-    status: str  # ok | unavailable | compile_error | runtime_error | timeout | oom | incorrect | not_run
+    status: str  # ok | unavailable | compile_error | runtime_error | timeout | oom | incorrect | not_run | unmeasured
     reason: str = ""
     latency_ms: float | None = None  # candidate: geometric mean over benchmark shapes of the medians
     incumbent_ms: float | None = None
@@ -41,6 +47,8 @@ class BackendResult:
             return f"unavailable: {self.reason}"
         if self.status == "ok" and self.latency_ms is not None:
             return fmt_ms(self.latency_ms)
+        if self.status == "unmeasured":
+            return "unmeasured"
         if self.status == "not_run":
             return f"not run: {self.reason}" if self.reason else "not run"
         return self.status
@@ -49,6 +57,14 @@ class BackendResult:
     def from_json(cls, d: dict) -> "BackendResult":
         return cls(**d)
 
+    def unmeasured(self, why: str) -> "BackendResult":
+        """This result with its timing left out: correct, but the change cannot show in these timings
+        (the worker's own result file keeps what it timed)."""
+        if self.status != "ok":
+            return self
+        return BackendResult(self.name, self.available, "unmeasured", why, None, None, self.correctness, self.timing_label,
+                             self.proof, [], self.worker_dir)
+
 
 @dataclass(frozen=True)
 class Record:
@@ -56,7 +72,7 @@ class Record:
     iteration: int
     optimization: str
     status: Status
-    correctness: str  # PASS | FAIL
+    correctness: str  # PASS | FAIL | not checked (an interrupted experiment)
     latency_ms: float | None
     target_backend: str
     backends: dict[str, BackendResult]
@@ -67,7 +83,11 @@ class Record:
     expected: str = ""
     kind: str = ""  # the variable the change touched (recipe kind), "agent" for hand edits
     recipe: str | None = None
-    speedup: float | None = None
+    speedup: float | None = None  # paired, from this iteration's own measurement (the decision's)
+    cumulative_speedup: float | None = None  # the best version after this iteration vs the baseline: kept speedups multiplied
+    timing: str = ""  # interpreter | gpu | harness: how this iteration was timed
+    change: dict = field(default_factory=dict)  # what the change is ({kinds, details, hint}) and whether it can show
+    unchecked: list[str] = field(default_factory=list)  # dtypes the correctness checks could not run, with why
     decision: dict = field(default_factory=dict)
     stop: dict = field(default_factory=dict)
     failure: dict | None = None
@@ -97,6 +117,31 @@ class Record:
     def interpreter(self) -> bool:
         tb = self.backends.get(self.target_backend)
         return tb is not None and tb.timing_label == "interpreter"
+
+    @property
+    def timing_mode(self) -> str:
+        """interpreter | gpu | harness (records written before the field: from the backend and harness)."""
+        if self.timing:
+            return self.timing
+        return "harness" if self.harness else "interpreter" if self.interpreter else "gpu"
+
+    @property
+    def lo(self) -> float | None:
+        return self.decision.get("lo") if self.speedup is not None else None
+
+    @property
+    def hi(self) -> float | None:
+        return self.decision.get("hi") if self.speedup is not None else None
+
+
+def cumulative(records: list[Record]) -> float:
+    """The product of the kept experiments' paired speedups: the best version against the baseline,
+    from the iterations' own measurements (never one session's latency over another's)."""
+    out = 1.0
+    for r in records:
+        if r.iteration >= 1 and r.status == "keep" and r.speedup is not None:
+            out *= r.speedup
+    return out
 
 
 def append_record(path: Path, record: Record) -> None:

@@ -9,7 +9,7 @@ from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
 from loop.records.results import Record, append_record
 from loop.run.core import now, portable_env, with_changes
-from loop.run.measuring import Measuring
+from loop.run.measuring import Measuring, unchecked
 from loop.run.recording import Recording
 from loop.target.contract import source_hash
 
@@ -50,7 +50,7 @@ class Baseline(Measuring, Recording):
         src = (self.root / self.state.target).read_text()
         self.state.inflight = {"iteration": 0, "stage": "measure", "optimization": "baseline"}
         self.save()
-        results, _raw, gate = self._measure(0, None, src)
+        results, raw, gate = self._measure(0, None, src)
         target = results[self.state.target_backend]
         if target.status != "ok":
             raise UserError(f"the baseline does not pass: {self.state.target_backend}: {target.status}: {target.reason}",
@@ -63,7 +63,8 @@ class Baseline(Measuring, Recording):
                         commit=None, parent=self.state.base_commit, hypothesis="", env=portable_env(self.state.env),
                         source_hash=source_hash(src), started=started, finished=now(), wall_s=round(time.monotonic() - t0, 3),
                         decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate,
-                        harness=self.state.harness)
+                        harness=self.state.harness, cumulative_speedup=1.0, timing=self.timing_mode,
+                        unchecked=unchecked(raw, self.state.target_backend))
         sha = gitops.commit(self.root, history.commit_message(record), [], allow_empty=True)
         record = with_changes(record, commit=sha)
         append_record(self.results_path, record)

@@ -19,7 +19,8 @@ from loop.common.files import atomic_write_text
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker
 from loop.records import gitops
-from loop.records.perf_table import Row, render_perf_results
+from loop.backends import get as get_backend
+from loop.records.perf_table import render_perf_results
 from loop.records.results import Record, read_records
 from loop.run import state as st
 from loop.run.progress import ProgressView, plain_log
@@ -86,23 +87,23 @@ class RunCore:
             # fault injection for the resume tests: a kill -9 on entering this stage
             os.kill(os.getpid(), signal.SIGKILL)
 
+    @property
+    def timing_mode(self) -> str:
+        """How this run's iterations are timed: interpreter | gpu | harness."""
+        return "harness" if self.state.harness else get_backend(self.state.target_backend).timing_label
+
     def render(self) -> None:
-        recs = self.records()
         header = {
             "target": f"`{self.state.target}` ({self.state.language})",
             "branch": f"`{self.state.branch}`",
             "target backend": self.state.target_backend,
             "device": self.state.env.get("gpu") or "CPU (Triton interpreter)",
-            "latency_ms": "geometric mean over benchmark shapes of the target backend's median",
         }
         if self.state.harness:
             header.update({"device": self.state.env.get("gpu") or "no GPU visible to tileloop",
-                           "latency_ms": "geometric mean over the bench command's records of their median over "
-                                         f"{self.state.harness['bench_repeats']} runs (ms)",
                            "test command": f"`{self.state.harness['test_cmd']}`",
                            "bench command": f"`{self.state.harness['bench_cmd']}`"})
-        text = render_perf_results(self.state.run_id, header, [Row.from_record(r) for r in recs],
-                                   any(r.interpreter for r in recs))
+        text = render_perf_results(self.state.run_id, header, self.records(), self.state.target_backend, self.state.harness)
         atomic_write_text(self.perf_path, text)
 
     def progress(self) -> decide.Progress:
@@ -110,15 +111,16 @@ class RunCore:
         but says nothing about the candidates: it is neither a crash nor a non-improvement there, so a
         resume right after a genuine crash does not escalate on the interruption."""
         real = [(o, v) for o, v in zip(self.state.outcomes, self.state.verdicts) if v != "interrupted"]
+        decided = [v for o, v in real if o != "unmeasured"]
         return decide.Progress(
             iterations=max(self.state.last_iteration, 0), elapsed_s=self.state.active_s,
-            outcomes=tuple(o for o, _ in real), last_verdict=real[-1][1] if real else None,
-            crash_causes=tuple(c for c in self.state.crash_causes if c != "interrupted"))
+            outcomes=tuple(o for o, _ in real), last_verdict=decided[-1] if decided else None,
+            crash_causes=tuple(c for c in self.state.crash_causes if c != "interrupted"), timing=self.timing_mode)
 
     def stop_state(self, exhausted: bool = False) -> decide.StopState:
         p = self.progress()
         if exhausted:
-            p = decide.Progress(p.iterations, p.elapsed_s, p.outcomes, p.last_verdict, p.crash_causes, True)
+            p = replace(p, playbook_exhausted=True)
         return decide.stop_state(self.policy, p)
 
     def _check_position(self) -> None:

@@ -13,10 +13,11 @@ from loop.common.errors import HarnessFailure, IntegrityError, UserError
 from loop.common.files import atomic_write_text
 from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
-from loop.records.results import BackendResult, Record
+from loop.records.results import NOT_CHECKED, BackendResult, Record
 from loop.run.core import now, with_changes
-from loop.run.measuring import Measuring
+from loop.run.measuring import Measuring, unchecked
 from loop.run.recording import Recording
+from loop.target.change import describe
 from loop.target.contract import imported_files
 from loop.target.coverage import unexercised
 
@@ -83,22 +84,27 @@ class Iteration(Measuring, Recording):
         n = self.state.last_iteration + 1
         started, t0 = now(), time.monotonic()
         optimization = " ".join(optimization.split()) or "unnamed change"
+        change = describe(inc_src, cand_src, kind)
+        can = decide.measurability(change, self.timing_mode)  # before timing: can this change show in it?
         self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
-                               "recipe": recipe, "key": key, "started": started}
+                               "recipe": recipe, "key": key, "started": started, "kind": kind}
         self.stage("commit")
-        pending = self._record(n, optimization, hypothesis, recipe, "crash", "FAIL", None, {}, None, {}, {}, None,
+        pending = self._record(n, optimization, hypothesis, recipe, "crash", NOT_CHECKED, None, {}, None, {}, {}, None,
                                cand_src, started, 0.0)
         sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
                             allow_empty=cand_src == inc_src)
         self.state.inflight["commit"] = sha
         self.save()
+        if not can.measurable:
+            self.log(f"#{n} unmeasured: {can.reason}; correctness is checked, the timing is not decided on")
         try:
             results, raw, gate = self._measure(n, inc_src, cand_src)
         except HarnessFailure:
             raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
         self.stage("decide")
         tampered = self.changed_while_measured(cand_src)
-        decision, remeasured = self._decide(results, raw, (inc_src, cand_src)), False
+        unmeasurable = "" if can.measurable else can.reason
+        decision, remeasured = self._decide(results, raw, (inc_src, cand_src), unmeasurable=unmeasurable), False
         if decision.action == "remeasure" and not tampered:
             self.log(f"#{n} {decision.reason}")
             results, raw, gate = self._measure(n, inc_src, cand_src)
@@ -106,22 +112,26 @@ class Iteration(Measuring, Recording):
             decision, remeasured = self._decide(results, raw, (inc_src, cand_src), remeasured=True), True
         if tampered:
             decision = decide.Decision("revert", "incorrect", tampered)
-        status = {"keep": "keep", "revert": "revert", "crash": "crash"}[decision.action]
+        status = {"keep": "keep", "revert": "revert", "crash": "crash", "unmeasured": "unmeasured"}[decision.action]
+        if status == "unmeasured":  # its timing measured nothing: the record carries none
+            results = {name: b.unmeasured(f"not timed for the decision: {can.reason}") for name, b in results.items()}
         target = results[self.state.target_backend]
-        failure = None if target.status == "ok" else {"status": target.status, "message": target.reason}
+        failure = None if target.status in ("ok", "unmeasured") else {"status": target.status, "message": target.reason}
         correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
         self._update_counters(decision, status, target)
         stop = self.stop_state()
         record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
                               decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
                               cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
-        record = with_changes(record, compile=gate, rationale=rationale, expected=expected, kind=kind)
+        record = with_changes(record, compile=gate, rationale=rationale, expected=expected, kind=kind,
+                              change={**change.to_json(), "measurable": can.measurable, "reason": can.reason},
+                              unchecked=unchecked(raw, self.state.target_backend))
         atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
         self.stage("record")
         return self._finish(record), stop  # the record as written: with its commit
 
     def _decide(self, results: dict[str, BackendResult], raw: dict, sources: tuple[str, str],
-                remeasured: bool = False) -> decide.Decision:
+                remeasured: bool = False, unmeasurable: str = "") -> decide.Decision:
         tb = self.state.target_backend
         target = results[tb]
         if target.status == "fallback":
@@ -131,5 +141,8 @@ class Iteration(Measuring, Recording):
         seen = raw[tb].get("correctness", {})
         launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
         missed = unexercised(*sources, launched, called) if launched is not None else []
+        if unmeasurable:  # correct (and exercised): its timing is not looked at
+            return decide.decide(self.policy, guard_failures=guard_failures(results, tb), unexercised=missed,
+                                 unmeasurable=unmeasurable)
         return decide.decide(self.policy, shapes=decide.comparisons(raw[tb], self.policy),
                              guard_failures=guard_failures(results, tb), remeasured=remeasured, unexercised=missed)

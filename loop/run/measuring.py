@@ -73,3 +73,8 @@ class Measuring(RunCore):
         if self.state.inflight is not None and self.state.inflight.get("stage") != "measure":
             self.stage("measure")
         self.log(f"#{n} {what}")
+
+
+def unchecked(raw: dict, backend: str) -> list[str]:
+    """The dtypes the worker's correctness checks skipped, with why (bf16 under the interpreter)."""
+    return list((raw.get(backend) or {}).get("correctness", {}).get("skipped") or [])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from loop import decide
 from loop.common.errors import UserError
 from loop.records import experience, gitops, history
-from loop.records.results import BackendResult, Record, append_record
+from loop.records.results import BackendResult, Record, append_record, cumulative
 from loop.run.core import RunCore, now, portable_env, with_changes
 from loop.target.contract import source_hash
 from playbook.analysis import analyze
@@ -17,11 +17,15 @@ from playbook.base import current_keys
 class Recording(RunCore):
     def _record(self, n, optimization, hypothesis, recipe, status, correctness, latency, results, speedup, decision,
                 stop, failure, src, started, wall, parent=None, key=None) -> Record:
+        """A record of iteration n; its cumulative speedup is the earlier kept ones' times its own, if kept."""
+        earlier = cumulative([r for r in self.records() if r.iteration < n])
         return Record(run=self.state.run_id, iteration=n, optimization=optimization, status=status, correctness=correctness,
                       latency_ms=latency, target_backend=self.state.target_backend, backends=results, commit=None,
                       parent=parent or self.state.best_commit, hypothesis=hypothesis, recipe=key or recipe, speedup=speedup,
-                      decision=decision, stop=stop, failure=failure, env=portable_env(self.state.env), source_hash=source_hash(src),
-                      started=started, finished=now(), wall_s=round(wall, 3), harness=self.state.harness)
+                      cumulative_speedup=earlier * speedup if status == "keep" and speedup is not None else earlier,
+                      timing=self.timing_mode, decision=decision, stop=stop, failure=failure, env=portable_env(self.state.env),
+                      source_hash=source_hash(src), started=started, finished=now(), wall_s=round(wall, 3),
+                      harness=self.state.harness)
 
     def _finish(self, record: Record) -> Record:
         """Amend the message, move the rejected commit to its ref, append the record. Idempotent."""
@@ -78,7 +82,8 @@ class Recording(RunCore):
                 op=self.state.op, kernel_class=cls, language=self.state.language, backend=self.state.target_backend,
                 arch=self.arch, kind=record.kind or "agent", key=record.recipe or record.optimization,
                 optimization=record.optimization, outcome=record.status, verdict=str(record.decision.get("verdict")),
-                speedup=record.speedup, run=self.state.run_id, date=record.finished))
+                speedup=record.speedup, run=self.state.run_id, date=record.finished, timing=record.timing_mode,
+                device=self.state.env.get("gpu") or "CPU"))
         except OSError as exc:
             self.log(f"experience not recorded: {exc}")
 

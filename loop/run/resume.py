@@ -11,7 +11,7 @@ from loop.common.processes import end_leftovers
 from loop.measure import external
 from loop.measure.evaluate import not_run
 from loop.records import gitops, history
-from loop.records.results import Record
+from loop.records.results import NOT_CHECKED, Record
 from loop.run import state as st
 from loop.run.baseline import Baseline
 from loop.run.core import now, with_changes
@@ -63,8 +63,8 @@ class Resume(Iteration, Baseline):
                                      f"{', '.join((others + new)[:8])}",
                                      hint="an iteration may change the target file only; revert the other files")
             pending = self._record(n, inflight.get("optimization") or inflight.get("key") or "interrupted change",
-                                   inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", "FAIL", None, {}, None,
-                                   {}, {}, None, target_path.read_text(), inflight.get("started", now()), 0.0)
+                                   inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", NOT_CHECKED, None, {},
+                                   None, {}, {}, None, target_path.read_text(), inflight.get("started", now()), 0.0)
             sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target])
             self.stage("record", commit=sha)
         else:
@@ -80,7 +80,7 @@ class Resume(Iteration, Baseline):
         if key:  # a kill says nothing about the candidate: it is tried again once, then counts as tried
             (self.state.tried if key in self.state.interrupted else self.state.interrupted).append(key)
         record = self._record(n, inflight.get("optimization") or inflight.get("key") or "interrupted change",
-                              inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", "FAIL", None, results, None,
+                              inflight.get("hypothesis", ""), inflight.get("recipe"), "crash", NOT_CHECKED, None, results, None,
                               decision.to_json(), self.stop_state().to_json(),
                               {"status": "interrupted", "message": decision.reason}, src,
                               inflight.get("started", now()), 0.0, key=inflight.get("key"))

@@ -78,7 +78,7 @@ class Suggesting(Iteration):
         """Next candidates from the playbook for the current best version, experience first; none
         that this run tried or measured, none the checks could not see."""
         src, an = self._best()
-        ranked_kinds = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch)
+        ranked_kinds = experience.recommend(experience.load(), an.kernel_class, self.state.target_backend, self.arch).rows
         order = {r["kind"]: i for i, r in enumerate(ranked_kinds) if r["kept"]}
         screen = self.screen(src)
         pool = ranked(src, an, self.state.tried, self.state.demoted, self.state.skip_recipes)

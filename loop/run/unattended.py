@@ -23,10 +23,10 @@ class Unattended(Iteration):
             if stop.state != "continue":
                 break
             if max_iters is not None and done_here >= max_iters:
-                stop = decide.StopState("stop", f"reached --max-iters {max_iters}")
+                stop = decide.stopping("stop", f"reached --max-iters {max_iters}", self.timing_mode)
                 break
             if self.state.device == "cuda" and (bad := self.gpu_health()):
-                stop = decide.StopState("escalate", f"GPU health check failed: {bad}")
+                stop = decide.stopping("escalate", f"GPU health check failed: {bad}", self.timing_mode)
                 break
             src = (self.root / self.state.target).read_text()
             an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch,

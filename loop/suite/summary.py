@@ -1,5 +1,6 @@
 """`suite summarize` turns entries (from one or several `suite run` calls) into one markdown file:
-per op and implementation, baseline and final latency, speedup, fraction of same-run clone
+per op and implementation, baseline and final latency (each from its own measurement), speedup (the
+product of the kept experiments' paired speedups, never baseline over final latency), fraction of same-run clone
 bandwidth (memory-bound ops) or of torch.matmul's rate (matmul), torch eager and torch.compile,
 iterations, wall time per iteration and the recipes kept; then Triton/PTX against cuTile per op.
 """
@@ -12,8 +13,9 @@ import statistics
 from pathlib import Path
 
 from loop.common.errors import UserError
+from loop.records import methods
 from loop.records.perf_table import markdown_table
-from loop.records.results import Record
+from loop.records.results import Record, cumulative
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 
@@ -57,13 +59,15 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     return {
         "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
         "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
-        "baseline_ms": base.latency_ms, "best_ms": best.latency_ms,
-        "speedup": base.latency_ms / best.latency_ms if base.latency_ms and best.latency_ms else None,
+        "baseline_ms": base.latency_ms, "best_ms": best.latency_ms, "best_iteration": best.iteration,
+        "speedup": cumulative(recs),  # the kept paired speedups multiplied: each from one worker, incumbent and candidate interleaved
+        "largest_method": (s1 or s0 or {}).get("method"),
+        "methods": methods.methods_used(methods.timed_points(recs, backend)),  # what timed the latencies of the loop
         "largest_shape": {"shape": s0["shape"], "dtype": s0["dtype"], "flops": s0.get("flops"), "bytes": s0.get("bytes")} if s0 else None,
         "largest_baseline": base_l, "largest_best": best_l,
         "final": final_rows, "final_largest": final_large,
         "iterations": len(experiments),
-        "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash")},
+        "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash", "unmeasured")},
         "median_iteration_wall_s": statistics.median(r.wall_s for r in experiments) if experiments else None,
         "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
         "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
@@ -93,6 +97,27 @@ def _ratio(row: dict, ref: str) -> float:
     return float(row[ref]) / float(row["best (ms)"])
 
 
+def _methods(final_largest: dict, entry: dict) -> str:
+    return f"{methods.method_text(final_largest.get('method'))} / {methods.method_text(entry.get('largest_method'))}"
+
+
+def method_notes(entries: list[dict]) -> list[str]:
+    """Where the final measurement and the loop's own give the same version at its largest shape
+    latencies more than 5% apart: both, their methods, and why they differ."""
+    out = []
+    for e in entries:
+        fl, loop = e.get("final_largest") or {}, (e.get("largest_best") or {}).get("median_ms")
+        if not fl.get("best (ms)") or not loop:
+            continue
+        final = float(fl["best (ms)"])
+        if abs(math.log(final / loop)) > math.log1p(0.05):
+            out.append(f"- {e['op']} {e['language']} at {fl.get('shape')} {fl.get('dtype')}: {final:.6f} ms by "
+                       f"{methods.method_text(fl.get('method'))} (`report --measure`) and {loop:.6f} ms by "
+                       f"{methods.method_text(e.get('largest_method'))} (the loop's), {abs(final / loop - 1):.0%} apart: "
+                       f"{methods.why_differ(fl.get('method'), e.get('largest_method'))}")
+    return out
+
+
 def target_rows(entries: list[dict]) -> list[dict]:
     """Each entry against the suite's targets: measured value, target, met or not. The value is the
     entry's final measurement (`tileloop report --measure`); for the clone-bandwidth target the
@@ -108,7 +133,8 @@ def target_rows(entries: list[dict]) -> list[dict]:
             met = "not measured" if value is None else ("met" if min(values) >= target else "not met")
             rows.append({"op / impl": impl, "target": what, "measured": "" if value is None else f"{value:.2f}",
                          "loop's measurement": "" if loop_value is None else f"{loop_value:.2f}",
-                         "needed": f">= {target:.2f}", "result": met})
+                         "needed": f">= {target:.2f}", "result": met,
+                         "methods (measured / loop's)": _methods(fl, e) if loop_value is not None else ""})
 
         if e["op"] == "matmul":
             at = next((r for r in final if r.get("shape") == MATMUL_TARGET_SHAPE and r.get("dtype") == "bfloat16"), None)
@@ -133,8 +159,11 @@ def summarize(entries: list[dict], title: str) -> str:
              f"- device: {', '.join(devices)} (every number below is from runs on it)",
              "- each row: `tileloop run <target>` with default settings, then `tileloop report --measure` (best version against "
              "PyTorch eager and torch.compile, in one worker, same inputs)",
-             "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'largest' columns: "
-             "the benchmark shape that moves the most bytes",
+             "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'baseline ms' and "
+             "'final ms' come from different measurements (the baseline's and the best iteration's own worker), so "
+             "'speedup' is not their ratio: it is the product of the kept experiments' paired speedups (each from one "
+             "worker that timed incumbent and candidate interleaved); 'largest' columns: the benchmark shape that moves "
+             "the most bytes, timed by the method named in 'method (largest)' (the final measurement's where there is one)",
              "- fraction: of the same-run `clone` bandwidth (memory-bound ops), or of torch.matmul's FLOP rate (matmul, "
              "where torch eager is torch.matmul)", ""]
     rows = []
@@ -150,13 +179,16 @@ def summarize(entries: list[dict], title: str) -> str:
         vs_compile = [_ratio(r, "torch.compile (ms)") for r in e.get("final") or []]
         rows.append({
             "op": e["op"], "impl": f"{e['language']}/{e['target_backend']}",
-            "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "speedup": _f(e["speedup"], "{:.2f}x"),
+            "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "method": e.get("methods") or "unknown method",
+            "speedup": _f(e["speedup"], "{:.2f}x"),
             "largest shape": f"{'x'.join(map(str, shape.get('shape', [])))} {shape.get('dtype', '')}",
             "final ms (largest)": fl.get("best (ms)", _f((e.get("largest_best") or {}).get("median_ms"))),
+            "method (largest)": methods.method_text(fl.get("method") if fl else e.get("largest_method")),
             "fraction (largest)": frac,
             "torch eager ms": fl.get("torch eager (ms)", ""), "torch.compile ms": fl.get("torch.compile (ms)", ""),
             "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else "not measured",
-            "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c)"
+            "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c"
+                           + (f"/{e['outcomes']['unmeasured']}u" if e["outcomes"].get("unmeasured") else "") + ")"
                            + (" cut off" if e.get("cut_off") else "") + (" resumed" if e.get("resumed") else ""),
             "median s/iter": _f(e.get("median_iteration_wall_s"), "{:.1f}"),
             "stop": (e.get("stop") or {}).get("reason", "")[:70],
@@ -170,15 +202,26 @@ def summarize(entries: list[dict], title: str) -> str:
               "speed at every benchmark shape. 'measured': the final measurement (`tileloop report --measure`); "
               "'loop's measurement': the run's own timing of the same version (a target counts as met only when both "
               "clear it).", "", markdown_table(target_rows(entries)) if entries else "", ""]
+    notes = method_notes(entries)
+    if notes:
+        lines += ["Where the final measurement and the loop's own disagree for the same version and shape:", ""] + notes + [""]
     lines += ["## Recipes kept", ""]
     for e in entries:
         lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
+    lines += [""] + languages(entries)
+    return "\n".join(lines)
+
+
+def languages(entries: list[dict]) -> list[str]:
+    """Triton against cuTile per op, at the largest shape: the final versions, with the Tile IR
+    backend of nvtriton named as measured or unavailable (never filled with a PTX number)."""
     tileir = next((e["availability"]["tileir"] for e in entries if "tileir" in e.get("availability", {})), None)
     tileir_cell = ("measured in the runs: see their perf_results" if tileir and tileir.get("available")
                    else f"unavailable: {(tileir or {}).get('reason') or 'not probed'}")
-    lines += ["", "## Triton (PTX backend) against cuTile (Tile IR), final versions, largest shape", "",
-              f"Triton through the Tile IR backend of nvtriton (`ENABLE_TILE=1`): {tileir_cell}. No number below is a "
-              "Triton-on-Tile-IR number.", ""]
+    lines = ["## Triton (PTX backend) against cuTile (Tile IR), final versions, largest shape", "",
+             f"Triton through the Tile IR backend of nvtriton (`ENABLE_TILE=1`): {tileir_cell}. No number below is a "
+             "Triton-on-Tile-IR number. Each time is the final measurement where there is one, else the loop's, by the "
+             "method of 'method (largest)' in the first table.", ""]
     by_op: dict[str, dict] = {}
     for e in entries:
         by_op.setdefault(e["op"], {})[e["language"]] = e
@@ -195,8 +238,7 @@ def summarize(entries: list[dict], title: str) -> str:
                          "cuTile ms (backend)": f"{cm} ({c['target_backend']})" if cm else "not run",
                          "Triton/TileIR (nvtriton)": tileir_cell,
                          "cuTile / Triton time": f"{float(cm) / float(tm):.2f}" if tm and cm else ""})
-    lines += [markdown_table(cmp_rows), ""]
-    return "\n".join(lines)
+    return lines + [markdown_table(cmp_rows), ""]
 
 
 def load_entries(paths: list[Path]) -> list[dict]:

@@ -44,7 +44,8 @@ def final_rows(raw: dict) -> dict:
     for s in raw["timing"]["shapes"]:
         im = s["impls"]
         b = im["best"]["median_ms"]
-        row = {"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "best (ms)": f"{b:.6f}"}
+        row = {"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "method": s.get("method", ""),
+               "best (ms)": f"{b:.6f}"}
         times = {label: im.get(label, {}).get("median_ms") for label, _, _ in TORCH}
         row.update({column: f"{times[label]:.6f}" if times[label] else "not timed" for label, column, _ in TORCH})
         row.update({vs: f"{times[label] / b:.2f}x" if times[label] else "n/a" for label, _, vs in TORCH})
