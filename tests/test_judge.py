@@ -30,6 +30,7 @@ def empties(overhead: float = 0.08) -> list[float]:
 
 
 def verdict(inc_ms: float, cand_ms: float, cand_claim_scale: float = 1.0) -> dict:
+    """Requests of about the size the judge asks for on a GPU (BATCH_MS of work)."""
     (ci, wi), (cc, wc) = honest(inc_ms), honest(cand_ms)
     return judge_timing(GRAPH, {"incumbent": ci, "candidate": [c * cand_claim_scale for c in cc]},
                         {"incumbent": wi, "candidate": wc}, {"incumbent": empties(), "candidate": empties()},
@@ -37,14 +38,14 @@ def verdict(inc_ms: float, cand_ms: float, cand_claim_scale: float = 1.0) -> dic
 
 
 def test_honest_claims_pass_and_a_real_speedup_stands():
-    out = verdict(1.0, 0.5)
+    out = verdict(4.0, 2.0)
     assert out["ok"], out
     assert out["claimed_speedup"] == pytest.approx(2.0, rel=0.02) and out["wall_speedup"] == pytest.approx(2.0, rel=0.05)
 
 
 @pytest.mark.parametrize("scale", [0.5, 0.85])
 def test_a_candidate_that_scales_its_clock_down_is_refused(scale):
-    out = verdict(1.0, 1.0, cand_claim_scale=scale)
+    out = verdict(4.0, 4.0, cand_claim_scale=scale)
     assert not out["ok"]
     assert "judge's clock" in out["reason"]
 
@@ -58,8 +59,8 @@ def test_a_sample_claiming_more_time_than_its_request_took_is_refused():
 
 def test_a_small_fake_within_the_band_passes_and_the_band_is_what_the_docstring_says():
     """A gain faked below the band is not caught here (the band is documented, not hidden)."""
-    assert verdict(1.0, 1.0, cand_claim_scale=0.97)["ok"]
-    assert not verdict(1.0, 1.0, cand_claim_scale=0.90)["ok"]
+    assert verdict(4.0, 4.0, cand_claim_scale=0.97)["ok"]
+    assert not verdict(4.0, 4.0, cand_claim_scale=0.90)["ok"]
 
 
 def judged(tmp_path: Path, candidate: Path) -> dict:
