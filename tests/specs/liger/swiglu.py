@@ -20,6 +20,11 @@ def entry(target, a, b):
     return target.LigerSiLUMulFunction.apply(a, b)
 
 
+# Liger's own, unmodified swiglu (the installed package), timed beside the tuned version by
+# `tileloop report --measure`: the same adapter, called with the installed module
+REFERENCES = {"liger": ("liger_kernel.ops.swiglu", entry)}
+
+
 def make_inputs(shape, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     return {"a": torch.randn(shape, generator=g).to(dtype), "b": torch.randn(shape, generator=g).to(dtype)}
