@@ -20,6 +20,9 @@ class Harness:
     """Everything done with the spec for one device: inputs, reference, tolerances, the check."""
 
     MAX_ZERO_PASS = 0.10
+    # below this many elements a fraction says nothing: one element of seven near zero is 14%
+    # (seen on an H100 with Liger's layer_norm at 1x7 fp16); a spec weak everywhere fails at its other shapes
+    MIN_ZERO_PASS_ELEMENTS = 16
 
     def __init__(self, torch, spec: Spec, device: str, clock=None):
         self.torch, self.spec, self.device, self.clock = torch, spec, device, clock
@@ -57,7 +60,8 @@ class Harness:
         refs = as_outputs(self.reference(inputs))
         atol, rtol = self.tolerance(dtype)
         for _, ref in refs:
-            if isinstance(ref, self.torch.Tensor) and (zp := zero_pass_fraction(self.torch, ref, atol, rtol)) > self.MAX_ZERO_PASS:
+            if (isinstance(ref, self.torch.Tensor) and (zp := zero_pass_fraction(self.torch, ref, atol, rtol)) > self.MAX_ZERO_PASS
+                    and zp * ref.numel() >= self.MIN_ZERO_PASS_ELEMENTS):
                 raise SpecError(
                     f"reference at shape {tuple(shape)} {dtype} is near zero relative to atol={atol}: an all-zero "
                     f"output would pass on {zp:.0%} of elements; lower atol in TOLERANCES or scale the inputs")
