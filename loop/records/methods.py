@@ -34,7 +34,7 @@ def method_text(method: str | None) -> str:
 
 def why_differ(a: str | None, b: str | None) -> str:
     if a == b:
-        return ("the same method in two worker processes: the difference is run-to-run variation (clocks, "
+        return ("the same method in two measurements: the difference is run-to-run variation (clocks, "
                 "memory placement, other work on the device) beyond each measurement's own spread")
     return WHY_METHODS_DIFFER.get(frozenset({a, b}), f"{method_text(a)} and {method_text(b)} time different things")
 

@@ -122,8 +122,8 @@ def measurement_lines(records: list[Record], target_backend: str, harness: dict 
         latency = f"per row, that row's version on the {target_backend} backend: {methods.aggregation(points)}"
     lines = [f"timing: {methods.MODES[mode]}; method: {methods.methods_used(points)}",
              f"latency_ms: {latency}",
-             "rows: each row is its own measurement (the incumbent and the candidate timed interleaved in one worker "
-             "process), so latencies of different rows are not comparable; compare within a row "
+             "rows: each row is its own measurement (the incumbent and the candidate timed interleaved, each in its "
+             "own kernel process, by one judge), so latencies of different rows are not comparable; compare within a row "
              "(speedup_vs_incumbent, incumbent_ms)",
              "speedup_vs_incumbent: incumbent time / candidate time, paired round by round (median of the per-round "
              "ratios, geometric mean over the shapes) with its 99% interval; incumbent_ms: the incumbent's latency in "

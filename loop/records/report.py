@@ -3,7 +3,7 @@
 torch.compile). Interpreter (CPU) numbers are labelled as such wherever they appear.
 
 Every speedup here comes from paired measurements: an iteration's own (incumbent and candidate
-timed interleaved in one worker), and across iterations their product over the kept ones, never one
+timed interleaved in one measurement), and across iterations their product over the kept ones, never one
 session's latency divided by another's. Every table of latencies names its timing method, and where
 two methods (or two sessions of one) disagree for the same version and shape beyond the noise, the
 report says so and why.
@@ -82,7 +82,7 @@ def backend_speedup(records: list[Record], name: str, target_backend: str) -> fl
     """The best version against the baseline on one backend, from paired measurements only: on the
     target backend the product of the kept paired speedups (the decisions'); on a guard backend the
     product, over the kept iterations, of the incumbent's over the candidate's latency in that
-    iteration's own worker. None where a kept iteration has no such pair."""
+    iteration's own measurement. None where a kept iteration has no such pair."""
     if name == target_backend:
         return cumulative(records)
     out = 1.0
@@ -169,10 +169,10 @@ def _comparison(state, records: list[Record], best: Record, unit: str) -> list[s
                       f"Best (ms, iteration {best.iteration})": f"{t1:.6f}" if t1 else (b1.cell if b1 else ""),
                       "Speedup (paired, kept iterations multiplied)": f"{sp:.4f}x" if sp is not None else "not paired"})
     return [f"## Benchmark comparison{unit}", "", markdown_table(table), "",
-            "Baseline and best latencies come from different measurements (each iteration's own worker process). "
+            "Baseline and best latencies come from different measurements (each iteration's own). "
             "The speedup is not their ratio: it is the product of the kept iterations' paired speedups, each from one "
-            f"worker that timed incumbent and candidate interleaved (on {state.target_backend}, the decisions' own; on a "
-            "guard backend, incumbent over candidate latency in the same worker).", ""]
+            f"measurement that timed incumbent and candidate interleaved (on {state.target_backend}, the decisions' own; "
+            "on a guard backend, incumbent over candidate latency in the same measurement).", ""]
 
 
 def _path(records: list[Record], backend: str) -> list[str]:
@@ -211,8 +211,8 @@ def _final(final: dict | None, unit: str) -> list[str]:
     if not final:
         return lines + ["not measured (run `tileloop report --measure` on a GPU)", ""]
     rows = [{**r, "method": methods.method_text(r.get("method"))} for r in final["rows"]]
-    return lines + ["One worker timed the best version, torch eager and torch.compile interleaved; the ratios are "
-                    "within that measurement.", "", markdown_table(rows), ""]
+    return lines + ["One measurement timed the best version, torch eager, torch.compile (and the spec's references) "
+                    "interleaved; the ratios are within that measurement.", "", markdown_table(rows), ""]
 
 
 def _output(state, records: list[Record], best: Record, unit: str) -> list[str]:

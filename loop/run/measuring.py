@@ -1,4 +1,4 @@
-"""The verify and measure stages of an iteration: the ahead-of-time compile gate, then one worker
+"""The verify and measure stages of an iteration: the ahead-of-time compile gate, then one judge
 per backend (or the repository's own test and bench commands), turned into typed results."""
 
 from __future__ import annotations

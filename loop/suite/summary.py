@@ -60,7 +60,7 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
         "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
         "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
         "baseline_ms": base.latency_ms, "best_ms": best.latency_ms, "best_iteration": best.iteration,
-        "speedup": cumulative(recs),  # the kept paired speedups multiplied: each from one worker, incumbent and candidate interleaved
+        "speedup": cumulative(recs),  # the kept paired speedups multiplied: each from one measurement, incumbent and candidate interleaved
         "largest_method": (s1 or s0 or {}).get("method"),
         "methods": methods.methods_used(methods.timed_points(recs, backend)),  # what timed the latencies of the loop
         "largest_shape": {"shape": s0["shape"], "dtype": s0["dtype"], "flops": s0.get("flops"), "bytes": s0.get("bytes")} if s0 else None,
@@ -158,7 +158,7 @@ def summarize(entries: list[dict], title: str) -> str:
     lines = [f"# {title}", "",
              f"- device: {', '.join(devices)} (every number below is from runs on it)",
              "- each row: `tileloop run <target>` with default settings, then `tileloop report --measure` (best version against "
-             "PyTorch eager and torch.compile, in one worker, same inputs)",
+             "PyTorch eager and torch.compile, in one judged measurement, same inputs)",
              "- latency: geometric mean over the spec's benchmark shapes of the target backend's median; 'baseline ms' and "
              "'final ms' come from different measurements (the baseline's and the best iteration's own worker), so "
              "'speedup' is not their ratio: it is the product of the kept experiments' paired speedups (each from one "

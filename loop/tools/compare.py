@@ -109,7 +109,7 @@ def _ran(label: str, backend: str, mine: dict, proof: dict, refs: dict) -> str:
 def render(result: dict) -> str:
     rows = result["rows"]
     lines = [f"# compare: {result['op']} on {result['device']}", "",
-             "Time is the median over interleaved samples in one worker per backend; GB/s counts the spec's "
+             "Time is the median over interleaved samples in one judged measurement per backend; GB/s counts the spec's "
              "bytes_moved; 'vs clone' is the fraction of a same-run device copy's bandwidth for the same traffic; "
              "'vs torch eager' is the eager time over this time (for matmul: the fraction of torch.matmul's rate); "
              "speedup is against Triton/PTX at the same shape; 'vs best reference' is the fastest reference's "

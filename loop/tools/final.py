@@ -1,5 +1,5 @@
 """`tileloop report --measure`: the best version against PyTorch eager, torch.compile and the spec's
-named reference kernels (`REFERENCES`, see `loop.worker.providers`), timed in one worker on the
+named reference kernels (`REFERENCES`, see `loop.worker.providers`), timed in one judged measurement on the
 run's target backend (the same timing as an iteration's, with the same-run copy bandwidth)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ TORCH = [("torch_eager", "torch eager (ms)", "vs eager"), ("torch_compile", "tor
 
 
 def measure_final(exp, settings) -> dict:
-    """Best version vs PyTorch eager, torch.compile and the references, one worker on the target backend."""
+    """Best version vs PyTorch eager, torch.compile and the references, one judged measurement on the target backend."""
     st = exp.state
     if st.harness:
         raise UserError("report --measure times the best version on a spec's inputs; this run was driven by "
