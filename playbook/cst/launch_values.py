@@ -13,7 +13,7 @@ import libcst as cst
 
 from playbook.cst.kernels import params
 from playbook.cst.launches import Launch
-from playbook.cst.names import assignments
+from playbook.cst.names import assignments, target_names
 from playbook.cst.source import code_of, walk
 
 LITERAL, CONSTANT, LOCAL, COMPUTED, UNKNOWN = "literal", "constant", "local", "computed", "unknown"
@@ -109,7 +109,7 @@ class _Wrapper:
                 for stmt in reversed(body[:at]):
                     if isinstance(stmt, cst.SimpleStatementLine):
                         for small in reversed(stmt.body):
-                            if isinstance(small, cst.Assign) and any(name in _target_names(t.target)
+                            if isinstance(small, cst.Assign) and any(name in target_names(t.target)
                                                                      for t in small.targets):
                                 return small.value
             node = parent
@@ -138,14 +138,6 @@ def value_of(kw: str, expr: cst.BaseExpression, wrapper: cst.FunctionDef | _Wrap
     reaching = w.reaching(name, expr)
     origin = code_of(reaching) if reaching is not None else " or ".join(dict.fromkeys(code_of(v) for v in values))
     return LaunchValue(kw, expr, COMPUTED, None, name, None, origin, via)
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
 
 
 def launch_values(launch: Launch, constants: dict[str, int]) -> tuple[dict[str, LaunchValue], list[str]]:

@@ -36,22 +36,23 @@ def assignments(fn: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
     for node in walk(fn.body):
         if isinstance(node, cst.Assign):
             for t in node.targets:
-                for name in _target_names(t.target):
+                for name in target_names(t.target):
                     out.setdefault(name, []).append(node.value)
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
-            for name in _target_names(node.target):
+            for name in target_names(node.target):
                 out.setdefault(name, []).append(node.value)
         elif isinstance(node, cst.For):
-            for name in _target_names(node.target):
+            for name in target_names(node.target):
                 out.setdefault(name, []).append(node.iter)
     return out
 
 
-def _target_names(target: cst.BaseExpression) -> list[str]:
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """The names an assignment or a for loop binds (`a`, `a, b = ...`, `[a, (b, c)] = ...`)."""
     if isinstance(target, cst.Name):
         return [target.value]
     if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
+        return [n for e in target.elements for n in target_names(e.value)]
     return []
 
 
