@@ -235,7 +235,7 @@ def cpu_check(tmp_path_factory):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = main(["decision-check", str(root / "vector_add" / "vector_add_triton.py"), "--device", "cpu",
-                   "--trials", "3", "--plant", "1.0", "--shapes", "256", "--json", "--out", str(report)])
+                   "--trials", "5", "--plant", "1.0", "--shapes", "256", "--json", "--out", str(report)])
     return rc, json.loads(out.getvalue()), report
 
 
@@ -244,10 +244,10 @@ def test_cpu_run_is_complete_and_labelled(cpu_check):
     rc, payload, report = cpu_check
     assert rc == 0
     assert payload["schema"] == "tileloop.cli/1" and payload["command"] == "decision-check"
-    assert payload["complete"] and payload["trials_done"] == 3
+    assert payload["complete"] and payload["trials_done"] == 5
     assert payload["backend"] == "interpreter" and payload["timings"] == "interpreter"
     assert payload["shapes"] == [[256]] and payload["dtype"] == "float16"
-    assert len(payload["per_trial"]) == 9  # 3 trials x 3 scenarios x 1 shape
+    assert len(payload["per_trial"]) == 15  # 5 trials x 3 scenarios x 1 shape
     assert "false_keep" in report.read_text() and "interpreter" in report.read_text()
 
 
@@ -257,7 +257,7 @@ def test_cpu_aa_trials_are_not_kept(cpu_check):
     aa = [r for r in payload["per_trial"] if r["scenario"] == "aa"]
     # on a quiet machine none is kept; a heavily shared CPU has shown about 1 false keep in 20 interpreter
     # trials, so one is tolerated here. A decision path that keeps identical code fails this.
-    assert len(aa) == 3 and sum(r["action"] == "keep" for r in aa) <= 1
+    assert len(aa) == 5 and sum(r["action"] == "keep" for r in aa) <= 1
     assert {r["action"] for r in aa} <= {"keep", "revert"} and "incorrect" not in {r["verdict"] for r in aa}
     summary = next(s for s in payload["summary"] if s["scenario"] == "aa")
     assert summary["metric"] == "false_keep" and summary["true_ratio"] == 1.0
@@ -272,8 +272,9 @@ def test_cpu_planted_doubling_is_measured_and_detected_both_ways(cpu_check):
     assert cal["ratio"] > 1.3  # asked 2.0; interpreter noise is large, a plant that does nothing is not
     slow = next(s for s in payload["summary"] if s["scenario"] == "slowdown")
     fast = next(s for s in payload["summary"] if s["scenario"] == "speedup")
-    # a shared CPU can make one trial's interval very wide (then it is reverted within_noise), but a
-    # doubling is far outside the noise of most trials; a plant that did nothing would score 0 here
+    # a shared CPU can make a trial's interval very wide (then it is reverted within_noise: seen in one of
+    # three trials in CI's slow tier, two tests per core), but a doubling is far outside the noise of most
+    # trials: two of five; a plant that did nothing would score 0 here (at most one A/A false keep in 20)
     assert slow["hits"] >= 2 and set(slow["decisions"]) <= {"revert/regression", "revert/within_noise"}
     # a speedup measured over 3x is measured again, as an iteration does: no trial ends on `remeasure`
     assert fast["hits"] >= 2 and set(fast["decisions"]) <= {"keep/improved", "revert/within_noise"}

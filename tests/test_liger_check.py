@@ -169,6 +169,7 @@ def test_a_spec_comparing_fewer_outputs_than_the_entry_returns_is_told_how_to_pi
     spec = tmp_path / "spec.py"
     text = (SPECS / "liger" / "layer_norm.py").read_text()
     text = re.sub(r"\ndef entry\(.*?\n\n\n", "\nENTRY = 'layer_norm_forward'\n\n\n", text, flags=re.S)
+    text = re.sub(r"\n# Liger's own, unmodified.*?\nREFERENCES = .*?\n", "\n", text, flags=re.S)  # it names the adapter
     spec.write_text(text.replace("CORRECTNESS_SHAPES = [(1, 7), (5, 33), (37, 1000), (3, 4097)]",
                                        "CORRECTNESS_SHAPES = [(5, 33)]"))
     repo = liger_op_repo(tmp_path / "user", liger, "layer_norm", spec, runnable_on_the_cpu=True)
