@@ -5,6 +5,7 @@ its own process, or scales its own clock, is refused."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from conftest import REPO_ROOT
 from loop import backends
 from loop.common.settings import Settings
 from loop.judge.corroborate import judge_timing
-from loop.measure.launch import run_worker
+from loop.measure.launch import JudgeAhead, run_worker
 
 ADVERSARIES = Path(__file__).parent / "adversaries"
 GRAPH = "cuda_graph"
@@ -63,7 +64,7 @@ def test_a_small_fake_within_the_band_passes_and_the_band_is_what_the_docstring_
     assert not verdict(4.0, 4.0, cand_claim_scale=0.90)["ok"]
 
 
-def judged(tmp_path: Path, candidate: Path) -> dict:
+def judged(tmp_path: Path, candidate: Path, ahead: bool = False) -> dict:
     op = REPO_ROOT / "kernels" / "vector_add"
     shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
     shutil.copy(candidate, tmp_path / "candidate.py")
@@ -73,7 +74,8 @@ def judged(tmp_path: Path, candidate: Path) -> dict:
                      {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
            "dtypes": ["float32"], "correctness_shapes": [[127], [4097]], "bench_shapes": [[2048]],
            "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}}
-    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")
+    started = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2) if ahead else None
+    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged", ahead=started)
 
 
 @pytest.mark.parametrize("name, status", [("replace_comparison", "incorrect"), ("scale_timer", "uncorroborated")])
@@ -92,3 +94,40 @@ def test_an_honest_candidate_is_measured_and_corroborated(tmp_path, env):
     assert all(rc["ok"] for rc in shape["recheck"].values())
     logs = sorted(p.name for p in tmp_path.glob("*.kernel.log"))
     assert logs == ["judged-candidate.kernel.log", "judged-incumbent.kernel.log"]  # one process per implementation
+
+
+def test_a_judge_started_ahead_of_its_job_judges_it_with_the_processes_it_started(tmp_path, env):
+    """The orchestrator starts the judge before the commit; the job comes later over a pipe. The
+    verdict is the same, the two kernel processes started first are the implementations'."""
+    raw = judged(tmp_path, ADVERSARIES / "replace_comparison.py", ahead=True)
+    assert raw["status"] == "incorrect" and raw["failed_impl"] == "candidate", raw
+    assert not list(tmp_path.glob("*.pid"))
+    raw = judged(tmp_path, REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py", ahead=True)
+    assert raw["status"] == "ok", raw
+    phases = raw["phases_s"]
+    assert phases["warm"] <= phases["job"] <= phases["checked"] <= phases["timed"]
+    assert phases["candidate.warm"] <= phases["candidate.loaded"]  # its kernel process was ready before its job
+    assert sorted(p.name for p in tmp_path.glob("*.kernel.log")) == ["judged-candidate.kernel.log", "judged-incumbent.kernel.log"]
+
+
+def test_a_judge_called_off_ends_with_its_kernel_processes(tmp_path, env):
+    ahead = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("judged-*.kernel.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(p.read_text()) for p in tmp_path.glob("judged-*.kernel.pid")]
+    assert len(pids) == 2
+    ahead.cancel()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids)
+    assert not (tmp_path / "judged.pid").exists() and not (tmp_path / "judged.result.json").exists()
+
+
+def alive(pid: int) -> bool:
+    """Alive and not a zombie (a killed child of a killed parent is reaped by init, at once or soon)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

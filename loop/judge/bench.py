@@ -16,7 +16,7 @@ from loop.common.jobs import seed_for
 from loop.common.outputs import as_outputs, compare_outputs, poison
 from loop.judge import corroborate
 from loop.judge.bridge import Bridge
-from loop.judge.kernel_process import KernelFailure, KernelProcess
+from loop.judge.kernel_process import KernelFailure, KernelProcess, ask_all
 
 
 def _samples(answer: dict, n: int, label: str) -> list[float]:
@@ -95,7 +95,7 @@ class Bench:
         notes: list[str] = []
         if plan.use_graphs and call_ms < timing.GRAPH_BELOW_MS:
             calls = timing.calls_per_graph(call_ms, nsets)
-            captured = {lab: self.ask(lab, {"op": "capture", "calls": calls}) for lab in self.labels}
+            captured = ask_all(self.kernels, {lab: {"op": "capture", "calls": calls} for lab in self.labels})
             notes = [str(c["note"]) for c in captured.values() if not c.get("captured")]
             if not notes:
                 return "cuda_graph", calls, []

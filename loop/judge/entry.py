@@ -20,17 +20,37 @@ from loop.common.processes import watch_parent
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m loop.judge",
                                  description="the tileloop judge: one measurement, judged outside the kernel's process")
-    ap.add_argument("--job", type=Path, required=True)
+    ap.add_argument("--job", type=Path, help="the job file")
+    ap.add_argument("--job-fd", type=int, help="instead of --job: started ahead of its job, get ready, then read the job "
+                    "file's path from this pipe (nothing read: the job was called off)")
+    ap.add_argument("--kernels", type=int, default=0, help="with --job-fd: kernel processes to start before the job comes")
+    ap.add_argument("--device", choices=("cuda", "cpu"), help="with --job-fd: the device to get ready for")
     ap.add_argument("--result", type=Path, required=True, help="where the result is kept for the logs")
     ap.add_argument("--result-fd", type=int, help="the pipe the orchestrator reads the result from (no kernel process holds it)")
     args = ap.parse_args(argv)
+    if (args.job is None) == (args.job_fd is None):
+        ap.error("give one of --job and --job-fd")
     watch_parent()  # the judge never outlives the tileloop that started it (nor its kernel process the judge)
     started = time.time()
-    job = json.loads(args.job.read_text())
-    from loop.judge.run import judge_job
+    from loop.judge.kernel_process import Pool
+    from loop.judge.run import Phases, judge_job, warm
 
+    workdir, name = args.result.parent, args.result.name.removesuffix(".result.json")
+    phases, pool = Phases(started), None
+    if args.job_fd is not None:  # everything that needs no job, done while the orchestrator commits and compiles
+        pool = Pool(workdir, name, args.kernels, args.device)
+        warm(args.device)
+        phases.mark("warm")
+        with os.fdopen(args.job_fd, "rb") as pipe:
+            path = pipe.read(4096).decode(errors="replace").strip()
+        if not path:
+            pool.close()
+            return 0
+        phases.mark("job")
+        args.job = Path(path)
+    job = json.loads(args.job.read_text())
     try:
-        payload = judge_job(job, args.result.parent, args.result.name.removesuffix(".result.json"))
+        payload = judge_job(job, workdir, name, pool, phases)
     except SpecError as exc:
         payload = {"status": "spec_error", "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - tileloop's own failure: typed, with its traceback, never the candidate's

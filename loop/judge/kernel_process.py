@@ -33,14 +33,18 @@ class KernelSideError(Exception):
 
 
 class KernelProcess:
-    def __init__(self, workdir: Path, name: str, python: str | None = None):
+    """`warm`: the device the process gets ready for (torch, Triton, the CUDA context) before its
+    first request, in parallel with the judge's own start."""
+
+    def __init__(self, workdir: Path, name: str, python: str | None = None, warm: str | None = None):
         to_kernel_r, to_kernel_w = os.pipe()
         to_judge_r, to_judge_w = os.pipe()
         self.log_path = workdir / f"{name}.kernel.log"
         env = {**os.environ, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [python or sys.executable, "-m", "loop.worker", "--serve", f"{to_kernel_r},{to_judge_w}"],
+                [python or sys.executable, "-m", "loop.worker", "--serve", f"{to_kernel_r},{to_judge_w}",
+                 *(["--warm", warm] if warm else [])],
                 cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 pass_fds=(to_kernel_r, to_judge_w), start_new_session=True, preexec_fn=die_with_parent)
         os.close(to_kernel_r)
@@ -49,11 +53,29 @@ class KernelProcess:
         self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
         record_pid(self.pid_file, self.proc.pid)
 
+    def rename(self, name: str) -> None:
+        """Name the log and pid files after the implementation this process was given (a process
+        started before the job came has a number for a name)."""
+        workdir = self.log_path.parent
+        log_path, pid_file = workdir / f"{name}.kernel.log", workdir / f"{name}.kernel.pid"
+        self.log_path = self.log_path.rename(log_path)  # the process writes on: its file keeps its inode
+        self.pid_file = self.pid_file.rename(pid_file)
+
     def request(self, message: dict, label: str) -> dict:
         """Send one request and return its answer; `label` is the implementation it concerns (charged
         with the failure if the process dies or answers what is not an answer)."""
+        self.send(message, label)
+        return self.answer(message, label)
+
+    def send(self, message: dict, label: str) -> None:
         try:
             self.channel.send(message)
+        except ChannelClosed:
+            raise self._death(label, message.get("op")) from None
+
+    def answer(self, message: dict, label: str) -> dict:
+        """The answer to `message`, sent before (`send`)."""
+        try:
             answer = self.channel.receive()
         except ChannelClosed:
             raise self._death(label, message.get("op")) from None
@@ -110,3 +132,33 @@ class KernelProcess:
         deadline = time.monotonic() + 1
         while self.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def ask_all(kernels: dict[str, KernelProcess], messages: dict[str, dict]) -> dict[str, dict]:
+    """The same kind of request to several processes at once (work that times nothing: loading,
+    capturing), answers read in order; the first failure is raised, charged to its implementation."""
+    for label, message in messages.items():
+        kernels[label].send(message, label)
+    return {label: kernels[label].answer(message, label) for label, message in messages.items()}
+
+
+class Pool:
+    """Kernel processes started before the job is known (the judge started ahead of it), given to
+    the implementations in order; the ones left over are ended."""
+
+    def __init__(self, workdir: Path, name: str, count: int, warm: str | None):
+        self.workdir, self.name = workdir, name
+        self.free = [KernelProcess(workdir, f"{name}-{k}", warm=warm) for k in range(count)]
+
+    def take(self, label: str, warm: str | None) -> KernelProcess:
+        """A started process, renamed for `label`, or a new one when none is left."""
+        if not self.free:
+            return KernelProcess(self.workdir, f"{self.name}-{label}", warm=warm)
+        kernel = self.free.pop(0)
+        kernel.rename(f"{self.name}-{label}")
+        return kernel
+
+    def close(self) -> None:
+        for kernel in self.free:
+            kernel.close()
+        self.free = []

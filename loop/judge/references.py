@@ -20,7 +20,7 @@ def start(spec, job: dict, workdir: Path, name: str, taken: set[str]) -> dict[st
     clash = sorted(set(spec.references) & taken)
     if clash:
         raise SpecError(f"REFERENCES: {clash[0]!r} is already the name of an implementation here; rename it")
-    return {ref: KernelProcess(workdir, f"{name}-{ref}") for ref in spec.references}
+    return {ref: KernelProcess(workdir, f"{name}-{ref}", warm=job["device"]) for ref in spec.references}
 
 
 def load(kernels: dict[str, KernelProcess], job: dict) -> dict[str, dict]:

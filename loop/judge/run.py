@@ -27,27 +27,31 @@ from loop.judge.bench import Bench
 from loop.judge import references
 from loop.judge.bridge import Bridge
 from loop.judge.checks import check_all
-from loop.judge.kernel_process import KernelFailure, KernelProcess, KernelSideError
+from loop.judge.kernel_process import KernelFailure, KernelProcess, KernelSideError, Pool, ask_all
 
 
-def judge_job(job: dict, workdir: Path, name: str) -> dict:
+def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, phases: Phases | None = None) -> dict:
     spec_source = Path(job["spec"]).read_bytes()  # read before any kernel code runs: what the judge executes
     impls = {i["label"]: {"impls": [i], "torch_providers": []} for i in job["impls"]}
     impls.update({p: {"impls": [], "torch_providers": [p]} for p in job.get("torch_providers", [])})
     # one kernel process per implementation, all started first (they import torch and compile while
     # the judge reads the spec): a candidate's code never shares a process with what it is timed against
-    phases = Phases()
-    kernels = {label: KernelProcess(workdir, f"{name}-{label}") for label in impls}
+    phases = phases or Phases()
+    pool = pool or Pool(workdir, name, 0, None)
+    kernels = {label: pool.take(label, job["device"]) for label in impls}
+    pool.close()
     everyone = dict(kernels)  # to end, whatever leaves `kernels` on the way
     bridge, report = None, None
     try:
-        import torch
-
+        torch = warm(job["device"])
+        phases.mark("judge_cuda")
         spec = load_spec(torch, job, spec_source)
         phases.mark("judge_ready")
-        for label, what in impls.items():
-            kernels[label].request({"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
-                                    "device": job["device"], "backend": job["backend"], **what}, label)
+        loaded = ask_all(kernels, {label: {"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
+                                           "device": job["device"], "backend": job["backend"], **what}
+                                   for label, what in impls.items()})
+        for label, answer in loaded.items():
+            phases.kernel(label, answer.get("marks"))
         if job.get("references"):  # the spec's named public kernels, each in a process of its own
             refs = references.start(spec, job, workdir, name, set(kernels))
             everyone.update(refs)
@@ -67,6 +71,16 @@ def judge_job(job: dict, workdir: Path, name: str) -> dict:
             kernel.close()
         if bridge is not None:
             bridge.close()
+
+
+def warm(device: str | None):
+    """torch, and the judge's CUDA context made (once) when the measurement is on the GPU."""
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    return torch
 
 
 def load_spec(torch, job: dict, source: bytes) -> Spec:
@@ -91,14 +105,22 @@ def load_spec(torch, job: dict, source: bytes) -> Spec:
 
 
 class Phases:
-    """Seconds from the judge's start to the end of each phase (where a measurement's time goes)."""
+    """Seconds from the judge's start to the end of each phase (where a measurement's time goes),
+    the kernel processes' own steps (torch imported, CUDA context, ready, implementations loaded) on
+    the same timeline."""
 
-    def __init__(self):
-        self.started = time.monotonic()
+    def __init__(self, started: float | None = None):
+        self.started = started or time.time()
         self.spans: dict[str, float] = {}
 
     def mark(self, name: str) -> None:
-        self.spans[name] = round(time.monotonic() - self.started, 3)
+        self.spans[name] = round(time.time() - self.started, 3)
+
+    def kernel(self, label: str, marks) -> None:
+        if isinstance(marks, dict):  # the kernel process's word, kept for the logs: it decides nothing
+            for step, at in marks.items():
+                if isinstance(at, (int, float)) and not isinstance(at, bool):
+                    self.spans[f"{label}.{step}"] = round(float(at) - self.started, 3)
 
 
 def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, phases: Phases,

@@ -15,7 +15,7 @@ from loop.common.errors import HarnessFailure
 from loop.common.jobs import seed_for
 from loop.common.settings import Settings
 from loop.common.stats import geomean
-from loop.measure.launch import run_worker
+from loop.measure.launch import JudgeAhead, run_worker
 from loop.records.results import BackendResult
 
 CPU_TIMING = {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}  # the interpreter: few, short rounds
@@ -95,6 +95,7 @@ def measure(
     on_stage=None,
     timing: dict | None = None,
     target: Path | None = None,
+    ahead: JudgeAhead | None = None,
 ) -> Measurement:
     label = check[0]
     order = [target_backend] + [b for b in backend_names if b != target_backend]
@@ -114,11 +115,14 @@ def measure(
             "impls": [{"label": k, "path": str(v)} for k, v in impls.items()], "check": check,
             "seed": seed_for(seed, name), "bench": True, "timing": timing or {},
         }
-        raw = run_worker(workdir, job, backend, settings, cache_root / name, name=f"worker-{name}")
+        raw = run_worker(workdir, job, backend, settings, cache_root / name, name=f"worker-{name}",
+                         ahead=ahead if name == target_backend else None)
         raw_all[name] = raw
         results[name] = to_backend_result(name, raw, label, workdir, root)
         if name == target_backend and results[name].status != "ok":
             stop_reason = f"target backend {name} failed ({results[name].status})"
+    if ahead is not None:
+        ahead.cancel()  # the target backend was not run: its judge is not needed
     ordered = {name: results[name] for name in backend_names if name in results}
     return Measurement(ordered, raw_all)
 

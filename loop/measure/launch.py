@@ -63,7 +63,7 @@ def worker_command(settings: Settings, workdir: Path, name: str, job: dict | Non
 
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
                cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
-               launcher: Sequence[str] = (), procs: list | None = None) -> dict:
+               launcher: Sequence[str] = (), procs: list | None = None, ahead: "JudgeAhead | None" = None) -> dict:
     """Run one worker (`python -m loop.worker --job J --result R`, or `--probe`/`--health` when `job`
     is None) or, for a measurement, the judge (`python -m loop.judge`); always returns a result dict
     with a typed `status`. A judge hands its result over a pipe that no kernel process holds (the
@@ -71,58 +71,123 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     processes, is never read as a verdict.
     `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`).
     `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
-    can kill them all when it is interrupted (a signal reaches the main thread only)."""
+    can kill them all when it is interrupted (a signal reaches the main thread only).
+    `ahead`: a judge started before its job (`start_judge_ahead`), for this very worker name; it is
+    handed the job instead of a new process being started."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    result_path = workdir / f"{name}.result.json"
-    log_path = workdir / f"{name}.log"
-    if result_path.exists():
-        result_path.unlink()
-    cmd = [*launcher, *worker_command(settings, workdir, name, job)]
-    if job is not None:
-        (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
-    piped = _ResultPipe() if cmd[cmd.index("-m") + 1] == "loop.judge" else None
-    if piped is not None:
-        cmd += ["--result-fd", str(piped.write_fd)]
-    timeout = timeout_s or settings.worker_timeout_s
-    started = time.monotonic()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=die_with_parent, pass_fds=(piped.write_fd,) if piped else ())
-        if piped is not None:
-            piped.started()
-        if procs is not None:
-            procs.append(proc)
-        pid_file = workdir / f"{name}.pid"
-        record_pid(pid_file, proc.pid)  # for `tileloop resume`, should this process be killed and the worker not
+    if ahead is not None and ahead.usable(name):
+        launched = ahead.submit(job)
+    else:
+        if ahead is not None:
+            ahead.cancel()
+        launched = _Launched(workdir, name, [*launcher, *worker_command(settings, workdir, name, job)], job, backend, cache_dir)
+    if procs is not None:
+        procs.append(launched.proc)
+    return launched.wait(timeout_s or settings.worker_timeout_s)
+
+
+class _Launched:
+    """A started worker or judge: its process, log, pid file and (a judge's) result pipe."""
+
+    def __init__(self, workdir: Path, name: str, cmd: list[str], job: dict | None, backend: Backend | None,
+                 cache_dir: Path, job_pipe: bool = False):
+        self.result_path, self.log_path = workdir / f"{name}.result.json", workdir / f"{name}.log"
+        self.result_path.unlink(missing_ok=True)
+        if job is not None:
+            (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
+        self.piped = _ResultPipe() if cmd[cmd.index("-m") + 1] == "loop.judge" else None
+        fds: tuple[int, ...] = ()
+        if self.piped is not None:
+            cmd += ["--result-fd", str(self.piped.write_fd)]
+            fds = (self.piped.write_fd,)
+        self.job_w = None
+        if job_pipe:  # the judge reads its job's path from this pipe once it is ready
+            job_r, self.job_w = os.pipe()
+            cmd += ["--job-fd", str(job_r)]
+            fds += (job_r,)
+        self.started = time.monotonic()
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=die_with_parent, pass_fds=fds)
+        if job_pipe:
+            os.close(job_r)
+        if self.piped is not None:
+            self.piped.started()
+        self.pid_file = workdir / f"{name}.pid"
+        record_pid(self.pid_file, self.proc.pid)  # for `tileloop resume`, should this process be killed and the worker not
+
+    def wait(self, timeout: float) -> dict:
+        proc, log_path = self.proc, self.log_path
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             return {"status": "timeout", "message": f"worker exceeded {timeout:.0f}s and was killed (process group)",
-                    "log_tail": _log_tail(log_path), "wall_s": round(time.monotonic() - started, 3)}
+                    "log_tail": _log_tail(log_path), "wall_s": round(time.monotonic() - self.started, 3)}
         except BaseException:
             kill_group(proc)  # Ctrl-C or SIGTERM of the orchestrator: leave no GPU process behind
             raise
         finally:
             if proc.poll() is None:
                 kill_group(proc)
-            pid_file.unlink(missing_ok=True)
-    wall = round(time.monotonic() - started, 3)
-    text = piped.text() if piped is not None else (result_path.read_text() if result_path.exists() else None)
-    if text and (piped is None or proc.returncode == 0):
-        result = json.loads(text)
-        result.setdefault("wall_s", wall)
-        if result.get("status") not in ("ok",):
-            result["log_tail"] = _log_tail(log_path)
-        return result
-    rc = proc.returncode
-    how = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with code {rc}"
-    tail = _log_tail(log_path)
-    status = "oom" if "out of memory" in tail.lower() else "runtime_error"
-    return {"status": status, "message": f"{'judge' if piped else 'worker'} {how} without a result", "log_tail": tail,
-            "wall_s": wall}
+            self.pid_file.unlink(missing_ok=True)
+        wall = round(time.monotonic() - self.started, 3)
+        piped = self.piped
+        text = piped.text() if piped is not None else (self.result_path.read_text() if self.result_path.exists() else None)
+        if text and (piped is None or proc.returncode == 0):
+            result = json.loads(text)
+            result.setdefault("wall_s", wall)
+            if result.get("status") not in ("ok",):
+                result["log_tail"] = _log_tail(log_path)
+            return result
+        rc = proc.returncode
+        how = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with code {rc}"
+        tail = _log_tail(log_path)
+        status = "oom" if "out of memory" in tail.lower() else "runtime_error"
+        return {"status": status, "message": f"{'judge' if piped else 'worker'} {how} without a result", "log_tail": tail,
+                "wall_s": wall}
+
+
+class JudgeAhead:
+    """A judge started before its job: it starts its kernel processes, imports torch and makes its
+    CUDA context (so do they) while the orchestrator commits the candidate and compiles it; the job
+    then goes to it over a pipe (`run_worker(..., ahead=...)`). Called off, it ends with nothing done."""
+
+    def __init__(self, workdir: Path, name: str, backend: Backend, settings: Settings, cache_dir: Path,
+                 device: str, kernels: int):
+        workdir.mkdir(parents=True, exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self.workdir, self.name = workdir, name
+        cmd = [settings.python or sys.executable, "-m", "loop.judge", "--result", str(workdir / f"{name}.result.json"),
+               "--kernels", str(kernels), "--device", device]
+        self.launched: _Launched | None = _Launched(workdir, name, cmd, None, backend, cache_dir, job_pipe=True)
+
+    def usable(self, name: str) -> bool:
+        return self.launched is not None and name == self.name and self.launched.proc.poll() is None
+
+    def submit(self, job: dict) -> _Launched:
+        launched, self.launched = self.launched, None
+        path = self.workdir / f"{self.name}.job.json"
+        path.write_text(json.dumps(job, indent=1))
+        try:
+            os.write(launched.job_w, str(path).encode())  # a path: far below a pipe's atomic write size
+        except OSError:
+            pass  # the judge died first: its exit and log say how (`_Launched.wait`)
+        finally:
+            os.close(launched.job_w)
+        launched.started = time.monotonic()  # the measurement's time limit counts from its job
+        return launched
+
+    def cancel(self) -> None:
+        """End it, with the kernel processes it started (they die with it)."""
+        launched, self.launched = self.launched, None
+        if launched is None:
+            return
+        os.close(launched.job_w)
+        kill_group(launched.proc)
+        launched.pid_file.unlink(missing_ok=True)
 
 
 class _ResultPipe:

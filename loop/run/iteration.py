@@ -9,7 +9,7 @@ import json
 import time
 
 from loop import decide
-from loop.common.errors import HarnessFailure, IntegrityError, UserError
+from loop.common.errors import IntegrityError, UserError
 from loop.common.files import atomic_write_text
 from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
@@ -89,18 +89,21 @@ class Iteration(Measuring, Recording):
         self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
                                "recipe": recipe, "key": key, "started": started, "kind": kind}
         self.stage("commit")
-        pending = self._record(n, optimization, hypothesis, recipe, "crash", NOT_CHECKED, None, {}, None, {}, {}, None,
-                               cand_src, started, 0.0)
-        sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
-                            allow_empty=cand_src == inc_src)
-        self.state.inflight["commit"] = sha
-        self.save()
-        if not can.measurable:
-            self.log(f"#{n} unmeasured: {can.reason}; correctness is checked, the timing is not decided on")
+        ahead = self.judge_ahead(n)  # it gets ready while the candidate is committed (and compiled)
         try:
-            results, raw, gate = self._measure(n, inc_src, cand_src)
-        except HarnessFailure:
-            raise  # not the candidate's fault: state keeps the in-flight iteration for `resume`
+            pending = self._record(n, optimization, hypothesis, recipe, "crash", NOT_CHECKED, None, {}, None, {}, {}, None,
+                                   cand_src, started, 0.0)
+            sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
+                                allow_empty=cand_src == inc_src)
+            self.state.inflight["commit"] = sha
+            self.save()
+            if not can.measurable:
+                self.log(f"#{n} unmeasured: {can.reason}; correctness is checked, the timing is not decided on")
+            # a HarnessFailure is not the candidate's fault: state keeps the in-flight iteration for `resume`
+            results, raw, gate = self._measure(n, inc_src, cand_src, ahead)
+        finally:
+            if ahead is not None:
+                ahead.cancel()  # not used (the compile gate failed, or anything raised): ended
         self.stage("decide")
         tampered = self.changed_while_measured(cand_src)
         unmeasurable = "" if can.measurable else can.reason

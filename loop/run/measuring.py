@@ -9,13 +9,24 @@ from loop.backends import get as get_backend
 from loop.measure import external
 from loop.measure.compile_gate import compile_gate, compile_summary
 from loop.measure.evaluate import CPU_TIMING, measure, not_run
+from loop.measure.launch import JudgeAhead
 from loop.records.results import BackendResult
 from loop.run.core import RunCore
 from loop.target.contract import spec_dtypes
 
 
 class Measuring(RunCore):
-    def _measure(self, n: int, incumbent_src: str | None, candidate_src: str) -> tuple[dict[str, BackendResult], dict, dict]:
+    def judge_ahead(self, n: int) -> JudgeAhead | None:
+        """The target backend's judge, started now (with a kernel process for the incumbent and one for
+        the candidate): it gets ready while the candidate is committed and compiled."""
+        tb = self.state.target_backend
+        if self.state.harness or not self.state.availability.get(tb, {}).get("available"):
+            return None
+        return JudgeAhead(self.iter_dir(n), f"worker-{tb}", get_backend(tb), self.settings, self.dir / "triton-cache" / tb,
+                          self.state.device, kernels=2)
+
+    def _measure(self, n: int, incumbent_src: str | None, candidate_src: str,
+                 ahead: JudgeAhead | None = None) -> tuple[dict[str, BackendResult], dict, dict]:
         workdir = self.iter_dir(n)
         workdir.mkdir(parents=True, exist_ok=True)
         if self.state.harness:  # the repository's own test and bench commands decide (loop.external)
@@ -66,7 +77,7 @@ class Measuring(RunCore):
                     target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
                     settings=self.settings, cache_root=self.dir / "triton-cache",
                     on_stage=lambda s: self._on_measure(n, s), timing=CPU_TIMING if self.state.device == "cpu" else None,
-                    target=self.root / self.state.target)
+                    target=self.root / self.state.target, ahead=ahead)
         return m.results, m.raw, gate
 
     def _on_measure(self, n: int, what: str) -> None:

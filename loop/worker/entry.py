@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job", type=Path)
     ap.add_argument("--result", type=Path)
     ap.add_argument("--serve", metavar="R,W", help="the kernel process of a judged measurement: read requests from fd R, answer on W")
+    ap.add_argument("--warm", choices=("cuda", "cpu"), help="with --serve: get ready for this device before the first request")
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--health", action="store_true", help="a tiny GPU round trip: is the device usable?")
     args = ap.parse_args(argv)
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         from loop.worker.serve import serve
 
-        return serve(args.serve)
+        return serve(args.serve, args.warm)
     if args.result is None:
         ap.error("--result is required")
     started = time.time()

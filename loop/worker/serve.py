@@ -26,6 +26,7 @@ own answers {"error": {status, message, detail}}.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -44,9 +45,11 @@ from loop.worker.tamper import check_tamper, timer_identities
 
 
 class KernelSide:
-    """What the kernel process holds between requests."""
+    """What the kernel process holds between requests. `warm`: the device to get ready for before
+    the first request (torch and Triton imported, the CUDA context made), while the judge starts."""
 
-    def __init__(self):
+    def __init__(self, warm: str | None = None):
+        self.marks = {"start": time.time()}  # when each step of getting ready ended (epoch s: the judge's timeline is another process's)
         import torch
 
         self.torch = torch
@@ -59,6 +62,17 @@ class KernelSide:
         self.tuned_before: dict = {}
         self.clock = None
         self.watch = timer_identities(torch)  # before any kernel code is imported
+        self.marks["torch"] = time.time()
+        if warm == "cuda" and torch.cuda.is_available():
+            torch.zeros(1, device="cuda").add_(1)  # the CUDA context, made once
+            torch.cuda.synchronize()
+            self.marks["cuda"] = time.time()
+        if warm is not None:
+            try:
+                import triton  # noqa: F401 - imported by every Triton target (cuTile runs may lack it)
+            except ImportError:
+                pass
+            self.marks["warm"] = time.time()
 
     def sync(self, label: str) -> None:
         if self.device == "cuda":
@@ -91,7 +105,8 @@ class KernelSide:
             if stand_in is not None:
                 self.modules[msg["reference"]] = stand_in
         check_tamper(torch, self.watch, "import")
-        return {"labels": list(self.modules), **answer}
+        self.marks["loaded"] = time.time()
+        return {"labels": list(self.modules), "marks": self.marks, **answer}
 
     def arena(self, msg: dict) -> dict:
         if msg.get("drop"):
@@ -229,10 +244,10 @@ def answer(side: KernelSide, msg: dict) -> dict:
                           "detail": short_traceback(exc)}}
 
 
-def serve(fds: str) -> int:
+def serve(fds: str, warm: str | None = None) -> int:
     read_fd, write_fd = (int(x) for x in fds.split(","))
     channel = Channel(read_fd, write_fd)
-    side = KernelSide()
+    side = KernelSide(warm)
     while True:
         try:
             msg = channel.receive()
