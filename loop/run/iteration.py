@@ -84,13 +84,13 @@ class Iteration(Measuring, Recording):
         n = self.state.last_iteration + 1
         started, t0 = now(), time.monotonic()
         optimization = " ".join(optimization.split()) or "unnamed change"
-        change = describe(inc_src, cand_src, kind)
-        can = decide.measurability(change, self.timing_mode)  # before timing: can this change show in it?
-        self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
-                               "recipe": recipe, "key": key, "started": started, "kind": kind}
-        self.stage("commit")
-        ahead = self.judge_ahead(n)  # it gets ready while the candidate is committed (and compiled)
+        ahead = self.judge_ahead(n)  # it gets ready while the candidate is read, committed (and compiled)
         try:
+            change = describe(inc_src, cand_src, kind)
+            can = decide.measurability(change, self.timing_mode)  # before timing: can this change show in it?
+            self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
+                                   "recipe": recipe, "key": key, "started": started, "kind": kind}
+            self.stage("commit")
             pending = self._record(n, optimization, hypothesis, recipe, "crash", NOT_CHECKED, None, {}, None, {}, {}, None,
                                    cand_src, started, 0.0)
             sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
