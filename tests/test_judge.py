@@ -4,6 +4,7 @@ its own process, or scales its own clock, is refused."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -131,3 +132,22 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_kernel_processes_hold_neither_the_result_pipe_nor_the_job_pipe(tmp_path, env):
+    """Forked from the judge (torch shared), a kernel process keeps only its own two pipes: the pipe
+    the verdict travels on, and the one the job comes on, are closed in it before any kernel code runs."""
+    ahead = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("judged-*.kernel.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the children close what they inherited first thing
+        guarded = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in (ahead.launched.piped.read_fd, ahead.launched.job_w)}
+        for pid_file in tmp_path.glob("judged-*.kernel.pid"):
+            fd_dir = Path(f"/proc/{int(pid_file.read_text())}/fd")
+            held = {os.readlink(fd_dir / fd) for fd in os.listdir(fd_dir)}
+            assert not held & guarded, (pid_file.name, held)
+            assert len([h for h in held if h.startswith("pipe:")]) == 2, held  # its own two
+    finally:
+        ahead.cancel()

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir, name = args.result.parent, args.result.name.removesuffix(".result.json")
     phases, pool = Phases(started), None
     if args.job_fd is not None:  # everything that needs no job, done while the orchestrator commits and compiles
+        import torch  # noqa: F401 - first, so that the kernel processes are forked with it (`loop.judge.fork`)
+
+        phases.mark("torch")
         pool = Pool(workdir, name, args.kernels, args.device)
         warm(args.device)
         phases.mark("warm")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from loop.common.channel import Channel, ChannelClosed
 from loop.common.processes import PARENT_ENV, die_with_parent, record_pid
+from loop.judge.fork import can_fork, fork_kernel
 
 
 class KernelFailure(Exception):
@@ -41,12 +42,15 @@ class KernelProcess:
         to_judge_r, to_judge_w = os.pipe()
         self.log_path = workdir / f"{name}.kernel.log"
         env = {**os.environ, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                [python or sys.executable, "-m", "loop.worker", "--serve", f"{to_kernel_r},{to_judge_w}",
-                 *(["--warm", warm] if warm else [])],
-                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                pass_fds=(to_kernel_r, to_judge_w), start_new_session=True, preexec_fn=die_with_parent)
+        if python is None and can_fork():  # torch imported already, shared with the child (`loop.judge.fork`)
+            self.proc = fork_kernel(workdir, self.log_path, (to_kernel_r, to_judge_w), warm)
+        else:
+            with open(self.log_path, "w") as log:
+                self.proc = subprocess.Popen(
+                    [python or sys.executable, "-m", "loop.worker", "--serve", f"{to_kernel_r},{to_judge_w}",
+                     *(["--warm", warm] if warm else [])],
+                    cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    pass_fds=(to_kernel_r, to_judge_w), start_new_session=True, preexec_fn=die_with_parent)
         os.close(to_kernel_r)
         os.close(to_judge_w)
         self.channel = Channel(to_judge_r, to_kernel_w)

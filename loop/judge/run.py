@@ -37,6 +37,8 @@ def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, pha
     # one kernel process per implementation, all started first (they import torch and compile while
     # the judge reads the spec): a candidate's code never shares a process with what it is timed against
     phases = phases or Phases()
+    import torch  # before the kernel processes are forked from this process (`loop.judge.fork`): they share it
+
     pool = pool or Pool(workdir, name, 0, None)
     kernels = {label: pool.take(label, job["device"]) for label in impls}
     pool.close()
