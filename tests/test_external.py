@@ -7,6 +7,7 @@ candidate with a shorter delay is really faster: no latency in these tests is wr
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shlex
@@ -428,3 +429,32 @@ def test_option_errors_touch_nothing(harness_repo, capsys, extra, match):
     assert code == 2 and re.search(match, out["error"]), out
     assert git(harness_repo, "for-each-ref", "--format=%(refname) %(objectname)") == refs
     assert not (harness_repo / "sandbox").exists()
+
+
+@pytest.mark.parametrize("live_harness, given, refused", [
+    (True, [], False),        # the run's own commands, read from its state (TileGym on an H100: refused before)
+    (True, ["--test-cmd", "t", "--bench-cmd", "b"], False),
+    (False, ["--test-cmd", "t", "--bench-cmd", "b"], True),  # a spec run is not continued as a harness run
+    (False, [], False),
+])
+def test_run_continues_a_run_in_progress_without_repeating_its_commands(monkeypatch, tmp_path, live_harness, given,
+                                                                        refused):
+    from types import SimpleNamespace
+
+    from loop.cli import lifecycle
+    from loop.cli.lifecycle import _run_in_progress, add_run
+
+    live = SimpleNamespace(run_id="r", target=TARGET, device="cuda", target_backend="harness" if live_harness else "ptx",
+                           harness=object() if live_harness else None)
+    monkeypatch.setattr(lifecycle.gitops, "find_root", lambda cwd: tmp_path)
+    monkeypatch.setattr(lifecycle, "resolve_target", lambda target, root: (None, target))
+    monkeypatch.setattr(lifecycle, "in_progress", lambda root, target: live)
+    monkeypatch.setattr(lifecycle, "describe", lambda run: run.run_id)
+    parser = argparse.ArgumentParser()
+    add_run(parser.add_subparsers())
+    args = parser.parse_args(["run", TARGET, *given])
+    if refused:
+        with pytest.raises(UserError, match="another --test-cmd"):
+            _run_in_progress(args)
+    else:
+        assert _run_in_progress(args) is live

@@ -170,8 +170,9 @@ def _run_in_progress(args):
     live = in_progress(root, str(resolve_target(args.target, root)[1]))
     if live is None:
         return None
+    # an option left out asks for nothing: `run` without --test-cmd continues a harness run with its own commands
     asked = {"--device": (args.device, live.device), "--target-backend": (args.target_backend, live.target_backend),
-             "--test-cmd": (_harness(args) is not None, live.harness is not None)}
+             "--test-cmd": (True if _harness(args) is not None else None, live.harness is not None)}
     differ = [flag for flag, (mine, theirs) in asked.items() if mine is not None and mine != theirs]
     if differ:
         raise UserError(f"a run of {live.target} is in progress ({describe(live)}) with another {differ[0]}",
