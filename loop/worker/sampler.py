@@ -51,15 +51,24 @@ class Sampler:
         return {"call_ms": call_ms, "peak_mem_mb": peak}
 
     def capture(self, calls: int) -> dict:
-        """A CUDA graph of `calls` calls; when capture fails the implementation is timed eagerly."""
-        try:
-            self.graph = timing.capture_graph(self.torch, self.fn, calls, len(self.sets))
-            self.calls = calls
-            return {"captured": True}
-        except Exception as exc:  # noqa: BLE001 - capture is optional: some wrappers sync or allocate on the host
-            self.torch.cuda.synchronize()
-            self.graph = None
-            return {"captured": False, "note": f"{self.label}: CUDA graph capture failed ({type(exc).__name__}: {exc})"[:300]}
+        """A CUDA graph of `calls` calls; tried twice (a first capture can be invalidated by work still
+        settling, seen on an H100 with code that captured at every other shape); when both fail the
+        implementation is timed eagerly."""
+        failures = []
+        for _ in range(2):
+            try:
+                self.graph = timing.capture_graph(self.torch, self.fn, calls, len(self.sets))
+                self.calls = calls
+                return {"captured": True, **({"note": f"{self.label}: captured at the second try ({failures[0]})"[:300]}
+                                             if failures else {})}
+            except Exception as exc:  # noqa: BLE001 - capture is optional: some wrappers sync or allocate on the host
+                self.graph = None
+                failures.append(f"{type(exc).__name__}: {exc}")
+                try:
+                    self.torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001 - a capture that broke the context: the next try or eager timing says so
+                    pass
+        return {"captured": False, "note": f"{self.label}: CUDA graph capture failed ({failures[-1]})"[:300]}
 
     def eager(self) -> None:
         """Time eagerly (every implementation is, when one could not be captured)."""
