@@ -35,7 +35,11 @@ def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
         shutil.copy(ADVERSARIES / f"{name}.py", repo / TARGET)
         assert main(["step", "-m", f"adversary: {name}", "--json"]) == 0, name
         outs[name] = json.loads(capsys.readouterr().out)
-        assert git(repo, "rev-parse", "HEAD").strip() == baseline, name
+        if EXPECTED[name]["status"] == "any" and outs[name]["status"] == "keep":
+            # the incumbent's own code (its sabotage cannot reach the incumbent): an A/A that noise may keep,
+            # which moves the branch to the same source; the speedup it was kept at is checked below
+            baseline = git(repo, "rev-parse", "HEAD").strip()
+        assert git(repo, "rev-parse", "HEAD").strip() == baseline, (name, outs[name]["status"], outs[name]["decision"])
         assert (repo / TARGET).read_text() == original, name
         assert spec.read_text() == spec_text, name  # a spec rewritten during the measurement is restored
         assert git(repo, "status", "--porcelain", "--untracked-files=no") == "", name
