@@ -188,8 +188,13 @@ class ForwardPath:
     kernels: frozenset[str]  # the kernels reached: those the entry point's forward path can launch
 
 
+BACKWARD_WORDS = ("backward", "bwd")  # a module's own word for its backward pass (rms_norm_backward, _rms_bwd)
+
+
 def default_roots(host: Host) -> list[str]:
-    """`run`; else every class's forward and every host function no other code refers to."""
+    """`run`; else every class's forward and every host function no other code refers to, but those
+    that name themselves a backward pass (a library's `rms_norm_backward`: what tileloop times is the
+    forward path, and a change to a kernel only a backward pass launches would go unmeasured)."""
     if DEFAULT_ENTRY in host.functions:
         return [DEFAULT_ENTRY]
     referred: set[str] = set()
@@ -198,7 +203,8 @@ def default_roots(host: Host) -> list[str]:
     for value in host.aliases.values():
         referred |= refs(value).names
     roots = [q for q in host.functions if q.endswith(".forward")]
-    return roots + [q for q in host.functions if "." not in q and q not in referred]
+    return roots + [q for q in host.functions if "." not in q and q not in referred
+                    and not any(word in q.lower() for word in BACKWARD_WORDS)]
 
 
 def forward_path(module: cst.Module, al: Aliases, kernels: set[str], entry: tuple[str, ...] = ()) -> ForwardPath | None:
