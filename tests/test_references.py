@@ -59,7 +59,7 @@ def test_references_are_checked_then_timed_beside_the_best_version(softmax_dir, 
     job = {"spec": str(softmax_dir / "spec.py"), "target_dir": str(softmax_dir), "device": "cpu", "backend": "interpreter",
            "impls": [{"label": "best", "path": str(softmax_dir / "softmax_triton.py")}], "torch_providers": ["torch_eager"],
            "check": ["best", "torch_eager"], "references": True, "seed": 5, "bench": True,
-           "timing": {"min_reps": 2, "max_reps": 3, "budget_s": 0.05}}
+           "timing": {"min_reps": 5, "max_reps": 6, "budget_s": 0.05}}
     raw = run_worker(tmp_path / "w", job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="final")
     assert raw["status"] == "ok", raw.get("message", "") + raw.get("log_tail", "")
     refs = raw["references"]

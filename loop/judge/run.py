@@ -79,6 +79,8 @@ def warm(device: str | None):
     """torch, and the judge's CUDA context made (once) when the measurement is on the GPU."""
     import torch
 
+    if device == "cpu":
+        torch.set_num_threads(1)  # its few small references need no thread pool spinning beside the kernel processes
     if device == "cuda" and torch.cuda.is_available():
         torch.zeros(1, device="cuda").add_(1)
         torch.cuda.synchronize()

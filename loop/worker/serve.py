@@ -63,6 +63,8 @@ class KernelSide:
         self.clock = None
         self.watch = timer_identities(torch)  # before any kernel code is imported
         self.marks["torch"] = time.time()
+        if warm == "cpu":
+            torch.set_num_threads(1)  # no pool of spinning threads beside the judge's clock (one call at a time anyway)
         if warm == "cuda" and torch.cuda.is_available():
             torch.zeros(1, device="cuda").add_(1)  # the CUDA context, made once
             torch.cuda.synchronize()
