@@ -6,7 +6,7 @@ spot. What it inherits is the judge before any job data, spec or kernel code: in
 file descriptor but its two pipes and its log is closed first (the judge's result pipe among them),
 it starts its own session, dies with the judge, and never returns into the judge's code.
 
-Where the judge cannot fork (no fork, torch not imported yet, or its CUDA context already made),
+Where the judge cannot fork (not Linux, torch not imported yet, or its CUDA context already made),
 the kernel process is started as a new interpreter instead (`loop.judge.kernel_process`)."""
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from loop.common.processes import PARENT_ENV, die_with_parent
 
 
 def can_fork() -> bool:
+    """Linux only (elsewhere a process that loaded system frameworks may not fork safely), torch
+    imported, no CUDA context yet."""
     torch = sys.modules.get("torch")
-    return hasattr(os, "fork") and torch is not None and not torch.cuda.is_initialized()
+    return sys.platform.startswith("linux") and torch is not None and not torch.cuda.is_initialized()
 
 
 class Forked:
