@@ -37,8 +37,8 @@ def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
         outs[name] = json.loads(capsys.readouterr().out)
         if EXPECTED[name]["status"] == "any" and outs[name]["status"] == "keep":
             # the incumbent's own code (its sabotage cannot reach the incumbent): an A/A that noise may keep,
-            # which moves the branch to the same source; the speedup it was kept at is checked below
-            baseline = git(repo, "rev-parse", "HEAD").strip()
+            # which moves the branch to its source; the speedup it was kept at is checked below
+            baseline, original = git(repo, "rev-parse", "HEAD").strip(), (repo / TARGET).read_text()
         assert git(repo, "rev-parse", "HEAD").strip() == baseline, (name, outs[name]["status"], outs[name]["decision"])
         assert (repo / TARGET).read_text() == original, name
         assert spec.read_text() == spec_text, name  # a spec rewritten during the measurement is restored
