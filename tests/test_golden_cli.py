@@ -130,3 +130,17 @@ def test_cli_outputs_match_the_golden_session(kernel_repo, capsys, monkeypatch):
         assert got == want, f"tileloop {' '.join(got['argv'])} --json differs from its golden output"
     for name, text in files.items():
         assert text == (GOLDEN / name).read_text(), f"{name} differs from its golden copy"
+
+
+def test_an_iteration_hands_its_job_to_the_judge_it_started_ahead(kernel_repo, capsys):
+    """The orchestrator's judge started before the commit is the one that measures (its name and Triton
+    cache are those the measurement asks for): its phases hold the wait for the job, which a judge
+    started at measurement time does not have."""
+    repo = kernel_repo
+    call(capsys, repo, ["init", TARGET, "--device", "cpu", "--archs", "none", "--branch", "tileloop/ahead"])
+    edit(repo, "NUM_WARPS = 1", "NUM_WARPS = 2")
+    call(capsys, repo, ["step", "-m", "num_warps 1 -> 2"])
+    (result,) = (repo / "sandbox").glob("*/logs/iter-001/worker-interpreter.result.json")
+    phases = json.loads(result.read_text())["phases_s"]
+    assert {"warm", "job"} <= set(phases) and phases["job"] <= phases["checked"], phases
+    assert not list(result.parent.glob("*.pid"))  # judge and kernel processes ended

@@ -121,8 +121,6 @@ def measure(
         results[name] = to_backend_result(name, raw, label, workdir, root)
         if name == target_backend and results[name].status != "ok":
             stop_reason = f"target backend {name} failed ({results[name].status})"
-    if ahead is not None:
-        ahead.cancel()  # the target backend was not run: its judge is not needed
     ordered = {name: results[name] for name in backend_names if name in results}
     return Measurement(ordered, raw_all)
 

@@ -55,10 +55,24 @@ def worker_command(settings: Settings, workdir: Path, name: str, job: dict | Non
     (a job without a `mode`) goes to the judge, which starts the kernel process itself; every other
     job, the probe and the health check to a worker."""
     module = "loop.judge" if job is not None and job.get("mode") is None else "loop.worker"
-    cmd = [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+    cmd = _command(settings, module, workdir, name)
     if job is None:
         return cmd + ["--health" if name == "health" else "--probe"]
-    return cmd + ["--job", str(workdir / f"{name}.job.json")]
+    return cmd + ["--job", str(_job_path(workdir, name))]
+
+
+def _command(settings: Settings, module: str, workdir: Path, name: str) -> list[str]:
+    return [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+
+
+def _job_path(workdir: Path, name: str) -> Path:
+    return workdir / f"{name}.job.json"
+
+
+def _write_job(workdir: Path, name: str, job: dict) -> Path:
+    path = _job_path(workdir, name)
+    path.write_text(json.dumps(job, indent=1))
+    return path
 
 
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
@@ -72,11 +86,11 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     `launcher` is a command that runs the worker as its child (a profiler: `ncu ... <worker>`).
     `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
     can kill them all when it is interrupted (a signal reaches the main thread only).
-    `ahead`: a judge started before its job (`start_judge_ahead`), for this very worker name; it is
+    `ahead`: a judge started before its job (`JudgeAhead`), for this very worker name and cache; it is
     handed the job instead of a new process being started."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    if ahead is not None and ahead.usable(name):
+    if ahead is not None and ahead.usable(name, cache_dir):
         launched = ahead.submit(job)
     else:
         if ahead is not None:
@@ -95,7 +109,7 @@ class _Launched:
         self.result_path, self.log_path = workdir / f"{name}.result.json", workdir / f"{name}.log"
         self.result_path.unlink(missing_ok=True)
         if job is not None:
-            (workdir / f"{name}.job.json").write_text(json.dumps(job, indent=1))
+            _write_job(workdir, name, job)
         self.piped = _ResultPipe() if cmd[cmd.index("-m") + 1] == "loop.judge" else None
         fds: tuple[int, ...] = ()
         if self.piped is not None:
@@ -159,18 +173,18 @@ class JudgeAhead:
                  device: str, kernels: int):
         workdir.mkdir(parents=True, exist_ok=True)
         cache_dir.mkdir(parents=True, exist_ok=True)
-        self.workdir, self.name = workdir, name
-        cmd = [settings.python or sys.executable, "-m", "loop.judge", "--result", str(workdir / f"{name}.result.json"),
-               "--kernels", str(kernels), "--device", device]
+        self.workdir, self.name, self.cache_dir = workdir, name, cache_dir
+        cmd = _command(settings, "loop.judge", workdir, name) + ["--kernels", str(kernels), "--device", device]
         self.launched: _Launched | None = _Launched(workdir, name, cmd, None, backend, cache_dir, job_pipe=True)
 
-    def usable(self, name: str) -> bool:
-        return self.launched is not None and name == self.name and self.launched.proc.poll() is None
+    def usable(self, name: str, cache_dir: Path) -> bool:
+        """Alive, and started for this worker name and Triton cache (its environment holds the cache)."""
+        return (self.launched is not None and name == self.name and cache_dir == self.cache_dir
+                and self.launched.proc.poll() is None)
 
     def submit(self, job: dict) -> _Launched:
         launched, self.launched = self.launched, None
-        path = self.workdir / f"{self.name}.job.json"
-        path.write_text(json.dumps(job, indent=1))
+        path = _write_job(self.workdir, self.name, job)
         try:
             os.write(launched.job_w, str(path).encode())  # a path: far below a pipe's atomic write size
         except OSError:
