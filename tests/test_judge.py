@@ -65,8 +65,9 @@ def test_a_small_fake_within_the_band_passes_and_the_band_is_what_the_docstring_
     assert not verdict(4.0, 4.0, cand_claim_scale=0.90)["ok"]
 
 
-def judged(tmp_path: Path, candidate: Path, ahead: bool = False) -> dict:
+def judged(tmp_path: Path, candidate: Path, ahead: bool = False, host=None) -> dict:
     op = REPO_ROOT / "kernels" / "vector_add"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
     shutil.copy(candidate, tmp_path / "candidate.py")
     job = {"spec": str(op / "spec.py"), "target_dir": str(op), "target": str(op / "vector_add_triton.py"),
@@ -75,8 +76,10 @@ def judged(tmp_path: Path, candidate: Path, ahead: bool = False) -> dict:
                      {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
            "dtypes": ["float32"], "correctness_shapes": [[127], [4097]], "bench_shapes": [[2048]],
            "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}}
-    started = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2) if ahead else None
-    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged", ahead=started)
+    started = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2,
+                         host=host) if ahead else None
+    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged",
+                      ahead=started, host=host)
 
 
 @pytest.mark.parametrize("name, status", [("replace_comparison", "incorrect"), ("scale_timer", "uncorroborated")])

@@ -39,6 +39,8 @@ class Settings:
     worker_timeout_s: float = 600.0  # per worker process (the seed's 10-minute iteration bound)
     python: str = ""  # interpreter for workers; default: the one running tileloop
     keep_worker_dirs: bool = True
+    # an unattended run forks each judge from one process that imported torch once (loop/judge/host.py)
+    judge_host: bool = True
     # fault injection for tests: the orchestrator SIGKILLs itself on entering this stage
     test_kill_at: str | None = None
     # fault injection for unattended-run tests: iteration -> a file whose source replaces that candidate
@@ -54,6 +56,8 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         kwargs["python"] = env["TILELOOP_PYTHON"]
     if "TILELOOP_KEEP_WORKER_DIRS" in env:
         kwargs["keep_worker_dirs"] = _bool("TILELOOP_KEEP_WORKER_DIRS", env["TILELOOP_KEEP_WORKER_DIRS"])
+    if "TILELOOP_JUDGE_HOST" in env:
+        kwargs["judge_host"] = _bool("TILELOOP_JUDGE_HOST", env["TILELOOP_JUDGE_HOST"])
     if env.get("TILELOOP_TEST_KILL_AT"):
         stage = env["TILELOOP_TEST_KILL_AT"]
         if stage not in KILL_STAGES:

@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), help="with --job-fd: the device to get ready for")
     ap.add_argument("--result", type=Path, required=True, help="where the result is kept for the logs")
     ap.add_argument("--result-fd", type=int, help="the pipe the orchestrator reads the result from (no kernel process holds it)")
+    ap.add_argument("--hosted", action="store_true", help=argparse.SUPPRESS)  # forked by `loop.judge.host`
     args = ap.parse_args(argv)
     if (args.job is None) == (args.job_fd is None):
         ap.error("give one of --job and --job-fd")
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - tileloop's own failure: typed, with its traceback, never the candidate's
         payload = {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}",
                    "detail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]}
-    payload.update(schema=RESULT_SCHEMA, backend=job.get("backend"), wall_s=round(time.time() - started, 3))
+    payload.update(schema=RESULT_SCHEMA, backend=job.get("backend"), wall_s=round(time.time() - started, 3),
+                   judge_started="forked by the run's judge host" if args.hosted else "a new process")
     text = json.dumps(payload, indent=1, default=str)
     atomic_write_text(args.result, text)
     if args.result_fd is not None:

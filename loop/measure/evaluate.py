@@ -15,6 +15,7 @@ from loop.common.errors import HarnessFailure
 from loop.common.jobs import seed_for
 from loop.common.settings import Settings
 from loop.common.stats import geomean
+from loop.measure.host import JudgeHost
 from loop.measure.launch import JudgeAhead, run_worker
 from loop.records.results import BackendResult
 
@@ -96,6 +97,7 @@ def measure(
     timing: dict | None = None,
     target: Path | None = None,
     ahead: JudgeAhead | None = None,
+    host: JudgeHost | None = None,
 ) -> Measurement:
     label = check[0]
     order = [target_backend] + [b for b in backend_names if b != target_backend]
@@ -116,7 +118,7 @@ def measure(
             "seed": seed_for(seed, name), "bench": True, "timing": timing or {},
         }
         raw = run_worker(workdir, job, backend, settings, cache_root / name, name=f"worker-{name}",
-                         ahead=ahead if name == target_backend else None)
+                         ahead=ahead if name == target_backend else None, host=host)
         raw_all[name] = raw
         results[name] = to_backend_result(name, raw, label, workdir, root)
         if name == target_backend and results[name].status != "ok":

@@ -19,6 +19,7 @@ from loop.backends import Backend, tileiras_environment
 from loop.common.files import SOURCE_ROOT
 from loop.common.processes import PARENT_ENV, die_with_parent, record_pid
 from loop.common.settings import Settings
+from loop.measure.host import JudgeHost
 
 
 def with_package_path(env: dict) -> dict:
@@ -41,6 +42,11 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSTARTUP", None)
     return env
+
+
+def judge_environment() -> dict:
+    """The environment a judge host starts with: a judge's, before its backend and cache are set."""
+    return _worker_env(None, Path(os.devnull))
 
 
 def _log_tail(path: Path, limit: int = 3000) -> str:
@@ -77,7 +83,8 @@ def _write_job(workdir: Path, name: str, job: dict) -> Path:
 
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
                cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
-               launcher: Sequence[str] = (), procs: list | None = None, ahead: "JudgeAhead | None" = None) -> dict:
+               launcher: Sequence[str] = (), procs: list | None = None, ahead: "JudgeAhead | None" = None,
+               host: JudgeHost | None = None) -> dict:
     """Run one worker (`python -m loop.worker --job J --result R`, or `--probe`/`--health` when `job`
     is None) or, for a measurement, the judge (`python -m loop.judge`); always returns a result dict
     with a typed `status`. A judge hands its result over a pipe that no kernel process holds (the
@@ -87,7 +94,8 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     `procs`, when given, receives the worker's Popen, so that a caller running workers from threads
     can kill them all when it is interrupted (a signal reaches the main thread only).
     `ahead`: a judge started before its job (`JudgeAhead`), for this very worker name and cache; it is
-    handed the job instead of a new process being started."""
+    handed the job instead of a new process being started. `host`: the run's judge host, which forks
+    a judge (already past `import torch`) where it can (`loop.measure.host`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
     if ahead is not None and ahead.usable(name, cache_dir):
@@ -95,7 +103,8 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     else:
         if ahead is not None:
             ahead.cancel()
-        launched = _Launched(workdir, name, [*launcher, *worker_command(settings, workdir, name, job)], job, backend, cache_dir)
+        launched = _Launched(workdir, name, [*launcher, *worker_command(settings, workdir, name, job)], job, backend, cache_dir,
+                             host=host if not launcher else None)
     if procs is not None:
         procs.append(launched.proc)
     return launched.wait(timeout_s or settings.worker_timeout_s)
@@ -105,7 +114,7 @@ class _Launched:
     """A started worker or judge: its process, log, pid file and (a judge's) result pipe."""
 
     def __init__(self, workdir: Path, name: str, cmd: list[str], job: dict | None, backend: Backend | None,
-                 cache_dir: Path, job_pipe: bool = False):
+                 cache_dir: Path, job_pipe: bool = False, host: JudgeHost | None = None):
         self.result_path, self.log_path = workdir / f"{name}.result.json", workdir / f"{name}.log"
         self.result_path.unlink(missing_ok=True)
         if job is not None:
@@ -121,10 +130,13 @@ class _Launched:
             cmd += ["--job-fd", str(job_r)]
             fds += (job_r,)
         self.started = time.monotonic()
+        env = _worker_env(backend, cache_dir)
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(cmd, cwd=workdir, env=_worker_env(backend, cache_dir), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=die_with_parent, pass_fds=fds)
+            self.proc = host.spawn(cmd, env, workdir, log.fileno(), fds) if host is not None else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=die_with_parent, pass_fds=fds)
         if job_pipe:
             os.close(job_r)
         if self.piped is not None:
@@ -170,12 +182,12 @@ class JudgeAhead:
     then goes to it over a pipe (`run_worker(..., ahead=...)`). Called off, it ends with nothing done."""
 
     def __init__(self, workdir: Path, name: str, backend: Backend, settings: Settings, cache_dir: Path,
-                 device: str, kernels: int):
+                 device: str, kernels: int, host: JudgeHost | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         cache_dir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.name, self.cache_dir = workdir, name, cache_dir
         cmd = _command(settings, "loop.judge", workdir, name) + ["--kernels", str(kernels), "--device", device]
-        self.launched: _Launched | None = _Launched(workdir, name, cmd, None, backend, cache_dir, job_pipe=True)
+        self.launched: _Launched | None = _Launched(workdir, name, cmd, None, backend, cache_dir, job_pipe=True, host=host)
 
     def usable(self, name: str, cache_dir: Path) -> bool:
         """Alive, and started for this worker name and Triton cache (its environment holds the cache)."""
@@ -230,7 +242,12 @@ class _ResultPipe:
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:  # a judge forked this instant by the host may not lead its group yet
+        try:
+            os.kill(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
         pass
     try:
         proc.wait(timeout=10)

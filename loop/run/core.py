@@ -6,9 +6,11 @@ composes them). Every public method leaves state.json consistent.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -17,7 +19,8 @@ from loop import decide
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.common.settings import Settings
-from loop.measure.launch import run_worker
+from loop.measure.host import JudgeHost, start_host
+from loop.measure.launch import judge_environment, run_worker
 from loop.records import gitops
 from loop.backends import get as get_backend
 from loop.records.perf_table import render_perf_results
@@ -55,6 +58,22 @@ class RunCore:
         self.progress_view = ProgressView(state.run_id, self.policy.max_iters, log)
         self.progress_view.update(best=state.best_latency_ms)
         self.log = self.progress_view.log
+        self.host: JudgeHost | None = None  # an unattended run's judge host (`hosting`)
+
+    @contextlib.contextmanager
+    def hosting(self):
+        """For the experiments of an unattended run: every judge after the first is forked from one
+        process that imported torch once (`loop.judge.host`), unless TILELOOP_JUDGE_HOST=0."""
+        if not self.settings.judge_host or self.state.harness or self.host is not None:
+            yield
+            return
+        self.host = start_host(self.settings.python or sys.executable, judge_environment(), self.dir / "judges")
+        try:
+            yield
+        finally:
+            host, self.host = self.host, None
+            if host is not None:
+                host.close()
 
     @property
     def dir(self) -> Path:

@@ -23,7 +23,7 @@ class Measuring(RunCore):
         if self.state.harness or not self.state.availability.get(tb, {}).get("available"):
             return None
         return JudgeAhead(self.iter_dir(n), f"worker-{tb}", get_backend(tb), self.settings, self.dir / "triton-cache" / tb,
-                          self.state.device, kernels=2)
+                          self.state.device, kernels=2, host=self.host)
 
     def _measure(self, n: int, incumbent_src: str | None, candidate_src: str,
                  ahead: JudgeAhead | None = None) -> tuple[dict[str, BackendResult], dict, dict]:
@@ -77,7 +77,7 @@ class Measuring(RunCore):
                     target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
                     settings=self.settings, cache_root=self.dir / "triton-cache",
                     on_stage=lambda s: self._on_measure(n, s), timing=CPU_TIMING if self.state.device == "cpu" else None,
-                    target=self.root / self.state.target, ahead=ahead)
+                    target=self.root / self.state.target, ahead=ahead, host=self.host)
         return m.results, m.raw, gate
 
     def _on_measure(self, n: int, what: str) -> None:

@@ -15,6 +15,10 @@ from playbook.base import why_nothing
 
 class Unattended(Iteration):
     def run_loop(self, max_iters: int | None = None) -> decide.StopState:
+        with self.hosting():
+            return self._run_loop(max_iters)
+
+    def _run_loop(self, max_iters: int | None) -> decide.StopState:
         self.state.mode = "run"
         self.save()
         done_here, why = 0, None
