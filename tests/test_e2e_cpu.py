@@ -175,9 +175,12 @@ def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
     # the interpreter runs an autotuned kernel's first config, here the current one: nothing it can time
     assert records[1]["status"] == "unmeasured" and records[1]["change"]["kinds"] == ["autotune_configs"]
     assert records[2]["optimization"].startswith(("BLOCK", "NUM_WARPS")), records[2]["optimization"]
-    # the run's second experiment was judged by a judge forked from the run's judge host (torch imported once)
-    (judged,) = (small_repo / "sandbox" / out["run"] / "logs" / "iter-002").glob("worker-*.result.json")
-    assert json.loads(judged.read_text())["judge_started"] == "forked by the run's judge host"
+    # the run's experiments were judged by judges forked from the run's judge host (torch imported once),
+    # started before the baseline; the baseline's judge is a new process (the host was not ready yet)
+    for n in (1, 2):
+        (judged,) = (small_repo / "sandbox" / out["run"] / "logs" / f"iter-00{n}").glob("worker-*.result.json")
+        assert json.loads(judged.read_text())["judge_started"] == "forked by the run's judge host", n
+    assert not list((small_repo / "sandbox" / out["run"] / "judges").glob("*.pid"))
 
     # interrupt the next iteration during its measurement, then resume: recorded once, as crash (interrupted)
     from loop.run import measuring

@@ -60,20 +60,25 @@ class RunCore:
         self.log = self.progress_view.log
         self.host: JudgeHost | None = None  # an unattended run's judge host (`hosting`)
 
+    def start_host(self) -> None:
+        """The judge host of an unattended run (`loop.judge.host`): every judge that starts after it is
+        ready is forked from it, past `import torch`; off with TILELOOP_JUDGE_HOST=0 or for a harness."""
+        if self.settings.judge_host and not self.state.harness and self.host is None:
+            self.host = start_host(self.settings.python or sys.executable, judge_environment(), self.dir / "judges")
+
+    def close_host(self) -> None:
+        host, self.host = self.host, None
+        if host is not None:
+            host.close()
+
     @contextlib.contextmanager
     def hosting(self):
-        """For the experiments of an unattended run: every judge after the first is forked from one
-        process that imported torch once (`loop.judge.host`), unless TILELOOP_JUDGE_HOST=0."""
-        if not self.settings.judge_host or self.state.harness or self.host is not None:
-            yield
-            return
-        self.host = start_host(self.settings.python or sys.executable, judge_environment(), self.dir / "judges")
+        """A judge host for what runs inside (started here unless it already was), closed after it."""
+        self.start_host()
         try:
             yield
         finally:
-            host, self.host = self.host, None
-            if host is not None:
-                host.close()
+            self.close_host()
 
     @property
     def dir(self) -> Path:

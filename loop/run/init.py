@@ -164,8 +164,11 @@ def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Expe
         gitops.create_branch(root, state.branch)
         (exp.dir / "git-config.snapshot").write_bytes(gitops.config_path(root).read_bytes())
         log(f"run {state.run_id} on branch {state.branch}: target backend {state.target_backend}; measuring the baseline")
+        if state.mode == "run":
+            exp.start_host()  # ready by the first experiment (`run_loop` ends it)
         exp.baseline()
     except BaseException:
+        exp.close_host()
         # leave nothing half-made: back to the user's branch, drop the run branch and state, keep the logs
         if gitops.current_branch(root) == state.branch:
             gitops.checkout(root, state.origin_branch or state.base_commit)
