@@ -78,7 +78,7 @@ def test_compare_shape_pairs_rounds_so_shared_drift_cancels():
     # 20% round-to-round drift shared by both samples of a round, 0.1% private noise
     inc, cand = interleaved(random.Random(3), factor=1.03, spread=0.001, drift=0.2)
     s = compare_shape((1,), inc, cand, POLICY)
-    assert s.lo > 1.02 and s.hi < 1.04
+    assert s.lo > 1.015 and s.hi < 1.045  # the floor (+-1%) only: uncancelled, 20% drift would swamp a 3% effect
 
 
 def test_compare_shape_interval_never_narrower_than_the_noise_floor():
@@ -176,8 +176,8 @@ def test_regression_names_the_worst_shape():
 
 
 def test_slowdown_below_the_regression_threshold_does_not_revert():
-    # 1% slower on one shape, measured tightly: inside the allowed 2%
-    shapes = shapes_for([1.10, 1.10, 1 / 1.01])
+    # 1.5% slower on one shape, measured tightly: inside the allowed 2%
+    shapes = shapes_for([1.10, 1.10, 1 / 1.015])
     assert shapes[2].hi < 1.0  # it is a real slowdown...
     d = decide(POLICY, shapes=shapes)
     assert d.verdict != "regression"  # ...but not a regression
