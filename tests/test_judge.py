@@ -186,4 +186,6 @@ def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs
     assert method == "cuda_graph" and calls >= 1
     assert notes == ["torch_eager: captured at the second try (x)"]  # said, not hidden
     prepared["best"]["call_ms"] = GRAPH_BELOW_MS * 2  # an implementation's own slow call still decides
-    assert bench.method(prepared, 4, TimingPlan())[0] == "cuda_events_l2_flush"
+    method, calls, notes = bench.method(prepared, 4, TimingPlan())
+    assert method == "cuda_events_l2_flush" and calls == 1
+    assert notes == [f"timed eagerly: a call of best takes {GRAPH_BELOW_MS * 2:.3f} ms (CUDA graphs below {GRAPH_BELOW_MS} ms)"]

@@ -96,6 +96,10 @@ class Bench:
         deciding = [lab for lab in self.labels if lab not in set(self.job.get("torch_providers") or ())] or self.labels
         call_ms = max(_ms(prepared[lab], "call_ms", lab) for lab in deciding)
         notes: list[str] = []
+        if plan.use_graphs and call_ms >= timing.GRAPH_BELOW_MS:
+            slowest = max(deciding, key=lambda lab: _ms(prepared[lab], "call_ms", lab))
+            notes.append(f"timed eagerly: a call of {slowest} takes {call_ms:.3f} ms (CUDA graphs below "
+                         f"{timing.GRAPH_BELOW_MS} ms)")
         if plan.use_graphs and call_ms < timing.GRAPH_BELOW_MS:
             calls = timing.calls_per_graph(call_ms, nsets)
             captured = ask_all(self.kernels, {lab: {"op": "capture", "calls": calls} for lab in self.labels})
