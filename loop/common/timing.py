@@ -192,7 +192,12 @@ def rotating_sets(torch, in_bytes: int, device: str) -> tuple[int, list[str]]:
 
 
 def clone_bandwidth(torch, clock, nbytes: float, plan: TimingPlan) -> dict | None:
-    """Same-run copy bandwidth for the same traffic (read + write = nbytes), the memory roofline."""
+    """Same-run copy bandwidth for the same traffic (read + write = nbytes), the memory roofline: the
+    better of two placements of source and destination, timed interleaved. Separate allocations can
+    land where every source and destination page share DRAM channels (on an H100 the judge measured
+    2320-2390 GB/s at two shapes' byte counts, where the same copy elsewhere ran at 2770-2920 GB/s);
+    a destination placed in the same allocation as its source at an offset of n + 1 MiB + 4 KiB is
+    the other placement. Both are kept in the result."""
     from loop.common.stats import summarize
 
     n = int(nbytes // 2)
@@ -202,9 +207,17 @@ def clone_bandwidth(torch, clock, nbytes: float, plan: TimingPlan) -> dict | Non
     nsets = int(min(MAX_CALLS_PER_GRAPH, max(1, -(-3 * l2 // n))))
     srcs = [torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda") for _ in range(nsets)]
     dsts = [torch.empty_like(s) for s in srcs]
-    res = time_gpu(torch, clock, {"clone": lambda j: dsts[j].copy_(srcs[j])}, nsets, plan)
-    st = summarize(res.samples_ms["clone"])
-    return {"median_ms": st.median_ms, "gbps": 2 * n / (st.median_ms / 1e3) / 1e9, "method": res.method}
+    skew = n + 2**20 + 4096
+    joint = [torch.empty(skew + n, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
+    for j, buf in enumerate(joint):
+        buf[:n].copy_(srcs[j])
+    fns = {"separate": lambda j: dsts[j].copy_(srcs[j]),
+           "skewed": lambda j: joint[j][skew:].copy_(joint[j][:n])}
+    res = time_gpu(torch, clock, fns, nsets, plan)
+    gbps = {k: 2 * n / (summarize(v).median_ms / 1e3) / 1e9 for k, v in res.samples_ms.items()}
+    best = max(gbps, key=gbps.get)
+    return {"median_ms": summarize(res.samples_ms[best]).median_ms, "gbps": gbps[best], "method": res.method,
+            "placements_gbps": {k: round(v, 1) for k, v in gbps.items()}}
 
 
 def in_units(samples_ms: list[float], flops: float, nbytes: float) -> dict:
