@@ -108,6 +108,10 @@ class JudgeHost:
 
     def close(self) -> None:
         try:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader thread; the host reads the end
+            except OSError:
+                pass
             self.sock.close()  # the host ends its judges and exits
         finally:
             try:
