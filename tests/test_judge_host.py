@@ -45,6 +45,7 @@ def test_hosted_judges_give_the_verdicts_of_new_processes(tmp_path, host):
         assert not list((tmp_path / folder).glob("*.pid"))  # every judge and kernel process ended
 
 
+@pytest.mark.slow
 def test_neither_a_hosted_judge_nor_its_kernel_processes_hold_the_hosts_socket(tmp_path, host):
     """The host's end of its socket (fork requests come on it) and the orchestrator's pipes for the
     verdict and the job are in no process that kernel code can reach, nor in the judge itself but
@@ -74,6 +75,7 @@ def held(pid: int) -> set[str]:
     return {os.readlink(fd_dir / fd) for fd in os.listdir(fd_dir)}
 
 
+@pytest.mark.slow
 def test_a_host_killed_mid_measurement_fails_it_and_the_next_judge_is_a_new_process(tmp_path, host):
     ahead = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2, host=host)
     judge = ahead.launched.proc.pid
