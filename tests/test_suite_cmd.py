@@ -241,8 +241,13 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     state_path = kernel_repo / "sandbox" / "suite-vector-add-triton" / "state.json"
     deadline = time.monotonic() + 600
-    while not (state_path.is_file() and json.loads(state_path.read_text())["inflight"]
-               and json.loads(state_path.read_text())["last_iteration"] >= 1):
+    def mid_experiment() -> bool:  # committed and not yet decided: a kill there is recorded as interrupted
+        if not state_path.is_file():
+            return False
+        state = json.loads(state_path.read_text())
+        return state["last_iteration"] >= 1 and (state["inflight"] or {}).get("stage") in ("commit", "verify", "measure")
+
+    while not mid_experiment():
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "slow"
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
