@@ -84,6 +84,10 @@ class Bench:
         if device == "cuda" and self.job.get("clone_bandwidth", True):
             entry["clone"] = timing.clone_bandwidth(torch, self.harness.clock, nbytes, plan)  # in the judge's own process
             timing.add_clone_fractions(entry)
+            checked = {lab: impls[lab].get("gbps") for lab in self.job.get("check") or () if lab in impls}
+            why = corroborate.beyond_copy(checked, (entry["clone"] or {}).get("gbps")) if corroboration["ok"] else None
+            if why:
+                entry["corroboration"] = {**corroboration, "ok": False, "reason": why}
         return entry
 
     def method(self, prepared: dict, nsets: int, plan: timing.TimingPlan) -> tuple[str, int, list[str]]:

@@ -77,3 +77,25 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
             return {**detail, "ok": False, "reason": f"claimed speedup {claimed_speedup:.3f}x, but the same samples on "
                     f"the judge's clock show {wall_speedup:.3f}x (band {ratio:.0%})"}
     return {**detail, "ok": True, "reason": ""}
+
+
+# an implementation may not claim to move the spec's bytes faster than this multiple of the copy
+# bandwidth the judge measured itself at the same shape
+BEYOND_COPY = 2.0
+
+
+def beyond_copy(gbps: dict[str, float | None], clone_gbps: float | None, limit: float = BEYOND_COPY) -> str | None:
+    """Why a claimed timing is no timing of the work, or None: `gbps` (label -> the spec's bytes over
+    the claimed median time) above `limit` times `clone_gbps`, the device copy bandwidth the judge
+    measured in its own process. The judge checks outputs at a replay, not at the timed calls, and a
+    kernel process that skips the work only while it is timed (its sampler rewritten) claims times its
+    wall clock bears out; no kernel moves its bytes at twice the copy bandwidth, so such a claim is
+    refused on the GPU. Smaller fakes, and compute-bound kernels, are not caught here (docs/architecture.md)."""
+    if not clone_gbps:
+        return None
+    for label, rate in gbps.items():
+        if rate and rate > limit * clone_gbps:
+            return (f"{label}: claimed {rate:.0f} GB/s for the spec's bytes, over {limit:g}x the copy bandwidth the "
+                    f"judge measured ({clone_gbps:.0f} GB/s): the timed calls cannot have done the work (or the spec's "
+                    "bytes_moved counts more than the kernel moves)")
+    return None
