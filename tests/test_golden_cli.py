@@ -13,6 +13,8 @@ TILELOOP_UPDATE_GOLDEN=1 and read the diff before committing it.
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import re
@@ -132,6 +134,7 @@ def test_cli_outputs_match_the_golden_session(kernel_repo, capsys, monkeypatch):
         assert text == (GOLDEN / name).read_text(), f"{name} differs from its golden copy"
 
 
+@pytest.mark.slow  # the fast tier stays well under five minutes
 def test_an_iteration_hands_its_job_to_the_judge_it_started_ahead(kernel_repo, capsys):
     """The orchestrator's judge started before the commit is the one that measures (its name and Triton
     cache are those the measurement asks for): its phases hold the wait for the job, which a judge

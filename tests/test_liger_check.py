@@ -137,6 +137,7 @@ def bytes_moved(shape, dtype):
 '''
 
 
+@pytest.mark.slow  # the fast tier stays well under five minutes
 def test_a_first_draft_with_typical_mistakes_gets_every_problem_at_once(liger, tmp_path, monkeypatch, capsys):
     """Dtypes in mixed forms with one that is no dtype, make_inputs without a device (accepted) that
     raises at one shape, no reference: each named, with where and a fix, in one check."""

@@ -581,6 +581,7 @@ def test_cutile_num_ctas_on_matmul_only():
 # --------------------------------------------------------------------------- priority and next_candidate
 
 
+@pytest.mark.slow  # the fast tier stays well under five minutes
 def test_priority_tables_cover_every_kind_the_recipes_emit():
     triton_kinds, cutile_kinds = set(), set()
     for target in ALL_TARGETS:
@@ -620,6 +621,7 @@ def test_next_candidate_order_over_all_recipes_for_a_memory_bound_triton_kernel(
                      "launch-param:BLOCK=512", "launch-param:BLOCK=32", "launch-param:num_warps=4"]  # two-step moves last
 
 
+@pytest.mark.slow  # the fast tier stays well under five minutes
 def test_next_candidate_order_for_dot_and_cutile_kernels():
     dot = ["autotune", "tma", "grouped-ordering", "num_stages"]
     assert [c.kind for c in drain(src("matmul", "triton"), limit=6) if c.kind in dot][:4] == dot
