@@ -15,8 +15,7 @@ import pytest
 from conftest import REPO_ROOT
 from loop import backends
 from loop.common.settings import Settings
-from loop.measure.host import start_host
-from loop.measure.launch import JudgeAhead, judge_environment, run_worker
+from loop.measure.launch import JudgeAhead, judge_environment, start_judge_host
 from test_judge import ADVERSARIES, alive, judged
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the judge host forks: Linux only")
@@ -26,7 +25,7 @@ HONEST = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py"
 
 @pytest.fixture
 def host(tmp_path, env):
-    h = start_host(sys.executable, judge_environment(), tmp_path / "host")
+    h = start_judge_host(Settings(), tmp_path / "host")
     assert h.ready.wait(120), (tmp_path / "host" / "judge-host.log").read_text()
     yield h
     h.close()

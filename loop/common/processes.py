@@ -31,6 +31,22 @@ def die_with_parent() -> None:
             pass  # no prctl: watch_parent still ends a worker whose tileloop died
 
 
+def kill_process_group(pid: int, alive=lambda: True) -> None:
+    """SIGKILL to the process group `pid` leads, or to `pid` alone while it leads none yet (a child
+    forked this instant that has not called setsid); `alive` says whether `pid` is still the child
+    (not yet reaped), so that a reused pid is never signalled."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        if alive():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    except PermissionError:
+        pass
+
+
 def watch_parent(interval_s: float = 1.0) -> None:
     """In a worker: end this process (and its group) as soon as the tileloop process that started it
     (named by TILELOOP_PARENT_PID) is gone."""

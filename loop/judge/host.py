@@ -19,13 +19,14 @@ Protocol (AF_UNIX SOCK_SEQPACKET, JSON per message): host -> `{"ready": pid}` on
 from __future__ import annotations
 
 import ctypes
-import errno
 import json
 import os
 import select
 import socket
 import sys
 import traceback
+
+from loop.common.processes import die_with_parent, kill_process_group, watch_parent
 
 PR_SET_DUMPABLE = 4
 MAX_MESSAGE = 1 << 20
@@ -39,8 +40,6 @@ def set_dumpable(on: bool) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from loop.common.processes import watch_parent
-
     if len(argv) != 2 or argv[0] != "--host" or not argv[1].isdigit():
         print("usage: python -m loop.judge --host FD", file=sys.stderr)
         return 2
@@ -62,7 +61,7 @@ def main(argv: list[str]) -> int:
             _reap(sock, judges)
     finally:
         for pid in judges:  # the orchestrator is gone or closed the host: no judge outlives it
-            _kill_group(pid)
+            kill_process_group(pid)  # unreaped children: never a reused pid
     return 0
 
 
@@ -121,8 +120,6 @@ def _fork_judge(sock: socket.socket, request: dict, fds: list[int]) -> int:
     try:
         sock.close()
         os.setsid()
-        from loop.common.processes import die_with_parent
-
         die_with_parent()
         set_dumpable(True)
         log, mapping = fds[0], {str(old): str(new) for old, new in zip(passed, fds[1:])}
@@ -151,15 +148,3 @@ def _fork_judge(sock: socket.socket, request: dict, fds: list[int]) -> int:
             sys.stderr.flush()
         finally:
             os._exit(code or 0)
-
-
-def _kill_group(pid: int) -> None:
-    import signal
-
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):
-        try:
-            kill(target, signal.SIGKILL)
-            return
-        except OSError as exc:
-            if exc.errno != errno.ESRCH:
-                return

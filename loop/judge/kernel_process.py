@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from loop.common.channel import Channel, ChannelClosed
-from loop.common.processes import PARENT_ENV, die_with_parent, record_pid
+from loop.common.processes import PARENT_ENV, die_with_parent, kill_process_group, record_pid
 from loop.judge.fork import can_fork, fork_kernel
 
 
@@ -118,10 +118,7 @@ class KernelProcess:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_process_group(self.proc.pid, lambda: self.proc.poll() is None)  # forked: maybe before its setsid
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -17,9 +17,9 @@ from typing import Sequence
 
 from loop.backends import Backend, tileiras_environment
 from loop.common.files import SOURCE_ROOT
-from loop.common.processes import PARENT_ENV, die_with_parent, record_pid
+from loop.common.processes import PARENT_ENV, die_with_parent, kill_process_group, record_pid
 from loop.common.settings import Settings
-from loop.measure.host import JudgeHost
+from loop.measure.host import JudgeHost, start_host
 
 
 def with_package_path(env: dict) -> dict:
@@ -49,6 +49,11 @@ def judge_environment() -> dict:
     return _worker_env(None, Path(os.devnull))
 
 
+def start_judge_host(settings: Settings, folder: Path) -> JudgeHost | None:
+    """A run's judge host, with the interpreter and environment its judges get (`loop.measure.host`)."""
+    return start_host(_python(settings), judge_environment(), folder)
+
+
 def _log_tail(path: Path, limit: int = 3000) -> str:
     try:
         return path.read_text(errors="replace")[-limit:]
@@ -67,8 +72,12 @@ def worker_command(settings: Settings, workdir: Path, name: str, job: dict | Non
     return cmd + ["--job", str(_job_path(workdir, name))]
 
 
+def _python(settings: Settings) -> str:
+    return settings.python or sys.executable
+
+
 def _command(settings: Settings, module: str, workdir: Path, name: str) -> list[str]:
-    return [settings.python or sys.executable, "-m", module, "--result", str(workdir / f"{name}.result.json")]
+    return [_python(settings), "-m", module, "--result", str(workdir / f"{name}.result.json")]
 
 
 def _job_path(workdir: Path, name: str) -> Path:
@@ -240,15 +249,7 @@ class _ResultPipe:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:  # a judge forked this instant by the host may not lead its group yet
-        try:
-            os.kill(proc.pid, signal.SIGKILL) if proc.poll() is None else None
-        except (ProcessLookupError, PermissionError):
-            pass
-    except PermissionError:
-        pass
+    kill_process_group(proc.pid, lambda: proc.poll() is None)  # a judge the host forked this instant: no group yet
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

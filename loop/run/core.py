@@ -10,7 +10,6 @@ import contextlib
 import datetime as dt
 import os
 import signal
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -19,8 +18,8 @@ from loop import decide
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.common.settings import Settings
-from loop.measure.host import JudgeHost, start_host
-from loop.measure.launch import judge_environment, run_worker
+from loop.measure.host import JudgeHost
+from loop.measure.launch import run_worker, start_judge_host
 from loop.records import gitops
 from loop.backends import get as get_backend
 from loop.records.perf_table import render_perf_results
@@ -64,7 +63,7 @@ class RunCore:
         """The judge host of an unattended run (`loop.judge.host`): every judge that starts after it is
         ready is forked from it, past `import torch`; off with TILELOOP_JUDGE_HOST=0 or for a harness."""
         if self.settings.judge_host and not self.state.harness and self.host is None:
-            self.host = start_host(self.settings.python or sys.executable, judge_environment(), self.dir / "judges")
+            self.host = start_judge_host(self.settings, self.dir / "judges")
 
     def close_host(self) -> None:
         host, self.host = self.host, None
