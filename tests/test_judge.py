@@ -65,20 +65,24 @@ def test_a_small_fake_within_the_band_passes_and_the_band_is_what_the_docstring_
     assert not verdict(4.0, 4.0, cand_claim_scale=0.90)["ok"]
 
 
-def judged(tmp_path: Path, candidate: Path, ahead: bool = False, host=None) -> dict:
+def judged(tmp_path: Path, candidate: Path, ahead: bool = False, host=None, device: str = "cpu") -> dict:
+    """`candidate` judged against vector_add's own code: under the interpreter, or on the GPU (PTX)
+    at one shape of 2^24 elements with the default timing plan."""
     op = REPO_ROOT / "kernels" / "vector_add"
     tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
     shutil.copy(candidate, tmp_path / "candidate.py")
+    backend = "interpreter" if device == "cpu" else "ptx"
     job = {"spec": str(op / "spec.py"), "target_dir": str(op), "target": str(op / "vector_add_triton.py"),
-           "device": "cpu", "backend": "interpreter", "check": ["candidate"], "seed": 3, "bench": True,
+           "device": device, "backend": backend, "check": ["candidate"], "seed": 3, "bench": True,
            "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
                      {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
-           "dtypes": ["float32"], "correctness_shapes": [[127], [4097]], "bench_shapes": [[2048]],
-           "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}}
-    started = JudgeAhead(tmp_path, "judged", backends.get("interpreter"), Settings(), tmp_path / "cache", "cpu", 2,
+           "dtypes": ["float32"], "correctness_shapes": [[127], [4097]],
+           **({"bench_shapes": [[2048]], "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}} if device == "cpu"
+              else {"bench_shapes": [[1 << 24]]})}
+    started = JudgeAhead(tmp_path, "judged", backends.get(backend), Settings(), tmp_path / "cache", device, 2,
                          host=host) if ahead else None
-    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged",
+    return run_worker(tmp_path, job, backends.get(backend), Settings(), tmp_path / "cache", name="judged",
                       ahead=started, host=host)
 
 

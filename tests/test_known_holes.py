@@ -7,16 +7,11 @@ judge measured); under the interpreter nothing does yet (strict xfail: it fails 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-from loop import backends
-from loop.common.settings import Settings
 from loop.judge.corroborate import BEYOND_COPY, beyond_copy
-from loop.measure.launch import run_worker
 from test_judge import judged
 
 HOLE = Path(__file__).parent / "known_holes" / "skip_when_sampled.py"
@@ -42,14 +37,6 @@ def test_a_sampler_that_skips_timed_calls_is_refused_on_a_gpu(tmp_path):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    op = REPO_ROOT / "kernels" / "vector_add"
-    shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
-    shutil.copy(HOLE, tmp_path / "candidate.py")
-    job = {"spec": str(op / "spec.py"), "target_dir": str(op), "target": str(op / "vector_add_triton.py"),
-           "device": "cuda", "backend": "ptx", "check": ["candidate"], "seed": 3, "bench": True,
-           "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
-                     {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
-           "dtypes": ["float32"], "correctness_shapes": [[127], [4097]], "bench_shapes": [[1 << 24]]}
-    raw = run_worker(tmp_path, job, backends.get("ptx"), Settings(), tmp_path / "cache", name="judged")
+    raw = judged(tmp_path, HOLE, device="cuda")
     assert raw["status"] == "uncorroborated" and raw["failed_impl"] == "candidate", raw
     assert "copy bandwidth" in raw["message"]
