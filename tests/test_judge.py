@@ -176,6 +176,13 @@ class _Captures:
         return {"ok": True}
 
 
+class _Audits:
+    """An auditor that agrees to audit whatever method the judge chose."""
+
+    def timed_as(self, method: str, calls: int, used: int, captured) -> None:
+        self.method, self.calls, self.used = method, calls, used
+
+
 def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs():
     """`report --measure`: PyTorch eager at 0.51 ms once made every implementation eager (host noise
     of 0.92x and 1.41x for one code); the implementations under study choose the method."""
@@ -186,10 +193,13 @@ def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs
     job = {"device": "cuda", "check": ["best"], "torch_providers": ["torch_eager"]}
     bench = Bench(None, None, None, kernels, job, None)
     prepared = {"best": {"call_ms": 0.05}, "torch_eager": {"call_ms": GRAPH_BELOW_MS * 1.02}}
-    method, calls, notes = bench.method(prepared, 4, TimingPlan())
-    assert method == "cuda_graph" and calls >= 1
+    auditor = _Audits()
+    method, calls, notes = bench.method(prepared, 4, 8, TimingPlan(), auditor)
+    assert method == "cuda_graph" and 4 <= calls <= 8  # one call per input set: at most the sets shared
+    assert (auditor.method, auditor.calls, auditor.used) == ("cuda_graph", calls, calls)
+    assert kernels["best"].asked == {"op": "capture", "calls": calls}
     assert notes == ["torch_eager: captured at the second try (x)"]  # said, not hidden
     prepared["best"]["call_ms"] = GRAPH_BELOW_MS * 2  # an implementation's own slow call still decides
-    method, calls, notes = bench.method(prepared, 4, TimingPlan())
-    assert method == "cuda_events_l2_flush" and calls == 1
+    method, calls, notes = bench.method(prepared, 4, 8, TimingPlan(), auditor)
+    assert method == "cuda_events_l2_flush" and calls == 1 and auditor.used == 4
     assert notes == [f"timed eagerly: a call of best takes {GRAPH_BELOW_MS * 2:.3f} ms (CUDA graphs below {GRAPH_BELOW_MS} ms)"]

@@ -191,6 +191,15 @@ def rotating_sets(torch, in_bytes: int, device: str) -> tuple[int, list[str]]:
     return nsets, [f"{nsets} rotating input set(s) of {in_bytes / 2**20:.2f} MiB ({nsets * in_bytes / l2:.1f}x L2)"]
 
 
+def most_sets(in_bytes: int, nsets: int, device: str) -> int:
+    """How many input sets a CUDA graph may make its calls on: one per call (the judge audits the
+    outputs of every timed call, `loop.judge.audit`), at least the `nsets` that exceed L2, at most
+    MAX_CALLS_PER_GRAPH and 1 GiB together; one on the CPU."""
+    if device != "cuda":
+        return 1
+    return max(nsets, min(MAX_CALLS_PER_GRAPH, int(2**30 // max(in_bytes, 1))))
+
+
 def clone_bandwidth(torch, clock, nbytes: float, plan: TimingPlan) -> dict | None:
     """Same-run copy bandwidth for the same traffic (read + write = nbytes), the memory roofline: the
     better of two placements of source and destination, timed interleaved. Separate allocations can

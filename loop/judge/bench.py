@@ -1,8 +1,8 @@
 """Timing, judged: the judge makes the input sets the timed calls rotate over (in its own memory,
 shared with every kernel process), has each implementation's process warm up and take one sample
-at a time, interleaved ABBA by the judge, checks the claims against its own clock (`corroborate`),
-writes fresh inputs into the same memory, has the timed work replayed, and compares what it wrote
-with its own reference."""
+at a time, interleaved ABBA by the judge, audits a few timed requests at random (fresh inputs,
+poisoned outputs, what the timed calls wrote compared with its own reference: `audit`), and checks
+the claims against its own clock and the audited samples (`corroborate`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from loop.common import arena as shared
 from loop.common import timing
 from loop.common.harness import Harness
 from loop.common.jobs import seed_for
-from loop.common.outputs import as_outputs, compare_outputs, poison
-from loop.judge import corroborate
+from loop.common.outputs import as_outputs
+from loop.judge import audit, corroborate
+from loop.judge.audit import Auditor
 from loop.judge.bridge import Bridge
 from loop.judge.kernel_process import KernelFailure, KernelProcess, ask_all
 
@@ -54,24 +55,27 @@ class Bench:
         first = harness.make_inputs(shape, dtype, base_seed)
         in_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
         nsets, notes = timing.rotating_sets(torch, in_bytes, device)
+        most = timing.most_sets(in_bytes, nsets, device)  # a CUDA graph may use more: one set per call
         refs = as_outputs(harness.reference(first))
         slot_bytes = sum(r.numel() * 8 + 512 for _, r in refs if isinstance(r, torch.Tensor)) + 512 * (len(refs) + 1)
         self.bridge.label = self.charged
-        self.bridge.fit(nsets * (shared.tensor_bytes(first) + 256 * (len(first) + 1)) + 2 * slot_bytes)
+        self.bridge.fit(most * (shared.tensor_bytes(first) + 256 * (len(first) + 1)) + slot_bytes)
         live, encoded = [], []
-        for j in range(nsets):
+        for j in range(most):
             inputs = first if j == 0 else harness.make_inputs(shape, dtype, base_seed + j)
             encoded.append(self.bridge.share(inputs))
             live.append(inputs)
         del first
         self.bridge.handover()
         prepared = {lab: self.ask(lab, {"op": "prepare", "label": lab, "sets": encoded}) for lab in self.labels}
-        method, calls, more = self.method(prepared, nsets, plan)
-        samples, claims, walls, empties = self.rounds(plan, method, calls, prepared)
-        corroboration = corroborate.judge_timing(method, claims, walls, empties, self.pair)
+        auditor = Auditor(torch, harness, self.bridge, self.kernels, live, (shape, dtype), refs, device)
+        method, calls, more = self.method(prepared, nsets, most, plan, auditor)
+        samples, claims, walls, empties, audits = self.rounds(plan, method, calls, prepared, auditor)
+        corroboration = corroborate.judge_timing(method, claims, walls, empties["batch"], self.pair)
+        if corroboration["ok"]:
+            corroboration = corroborate.judge_audits(corroboration, audits, empties["one"], samples)
         tuned = {lab: self.ask(lab, {"op": "tuned", "label": lab}).get("tuned") for lab in self.labels}
-        slots = [self.bridge.slots(refs) for _ in range(min(nsets, 2))]
-        recheck = {lab: self.recheck(lab, live, slots, (shape, dtype, base_seed)) for lab in self.labels}
+        recheck = {lab: audit.verdict(audits[lab]) for lab in self.labels}
         flops, nbytes = harness.spec.flops(shape, dtype), harness.spec.bytes_moved(shape, dtype)
         impls = {}
         for lab in self.labels:
@@ -90,10 +94,13 @@ class Bench:
                 entry["corroboration"] = {**corroboration, "ok": False, "reason": why}
         return entry
 
-    def method(self, prepared: dict, nsets: int, plan: timing.TimingPlan) -> tuple[str, int, list[str]]:
+    def method(self, prepared: dict, nsets: int, most: int, plan: timing.TimingPlan,
+               auditor: Auditor) -> tuple[str, int, list[str]]:
         """How every implementation is timed at this shape: the same way for all (CUDA graphs of the
-        same number of calls when every call is short and every capture works; else eagerly)."""
+        same number of calls, one per input set, when every call is short and every capture works;
+        else eagerly over `nsets` sets)."""
         if self.job["device"] != "cuda":
+            auditor.timed_as("interpreter_wallclock", 1, 1, None)
             return "interpreter_wallclock", 1, []
         # the implementations under study decide; PyTorch's own baselines (`report --measure`, `compare`)
         # are timed the same way, and a slow eager one does not push everything off CUDA graphs
@@ -102,28 +109,38 @@ class Bench:
         call_ms = _ms(prepared[slowest], "call_ms", slowest)
         notes: list[str] = []
         if plan.use_graphs and call_ms < timing.GRAPH_BELOW_MS:
-            calls = timing.calls_per_graph(call_ms, nsets)
+            calls = min(timing.calls_per_graph(call_ms, nsets), most)
             captured = ask_all(self.kernels, {lab: {"op": "capture", "calls": calls} for lab in self.labels})
             notes = [str(c["note"]) for c in captured.values() if c.get("note")]
             if all(c.get("captured") for c in captured.values()):
-                return "cuda_graph", calls, notes
-            notes.append("timed eagerly")
+                why = auditor.timed_as("cuda_graph", calls, calls, captured)
+                if why is None:
+                    return "cuda_graph", calls, notes
+                notes.append(f"{why}: timed eagerly")
+            else:
+                notes.append("timed eagerly")
         elif plan.use_graphs:
             notes.append(f"timed eagerly: a call of {slowest} takes {call_ms:.3f} ms (CUDA graphs below "
                          f"{timing.GRAPH_BELOW_MS} ms)")
         for lab in self.labels:
-            self.ask(lab, {"op": "eager"})
+            self.ask(lab, {"op": "eager", "sets": nsets})
+        auditor.timed_as("cuda_events_l2_flush", 1, nsets, None)
         return "cuda_events_l2_flush", 1, notes
 
-    def rounds(self, plan: timing.TimingPlan, method: str, calls: int, prepared: dict) -> tuple[dict, dict, dict, dict]:
+    def rounds(self, plan: timing.TimingPlan, method: str, calls: int, prepared: dict,
+               auditor: Auditor) -> tuple[dict, dict, dict, dict, dict]:
         """Samples of every implementation, interleaved ABBA a request at a time (a request takes a few
         samples back to back, BATCH_MS of work, so that the round trip is small beside it), each request
-        also timed on the judge's clock; and each process's empty requests before and after the rounds
-        (its overhead and jitter). Returns (samples, claimed and wall time per request, empties)."""
+        also timed on the judge's clock; a few audited requests per implementation at rounds picked at
+        random; and each process's empty requests before and after the rounds (its overhead and
+        jitter, for requests of a batch and of one sample). Returns (samples, claimed and wall time per
+        request, empties, audits)."""
         samples: dict[str, list[float]] = {lab: [] for lab in self.labels}
         claims: dict[str, list[float]] = {lab: [] for lab in self.labels}
         walls: dict[str, list[float]] = {lab: [] for lab in self.labels}
-        empties: dict[str, list[float]] = {lab: [] for lab in self.labels}
+        empties: dict[str, dict[str, list[float]]] = {"batch": {lab: [] for lab in self.labels},
+                                                      "one": {lab: [] for lab in self.labels}}
+        audits: dict[str, list[dict]] = {lab: [] for lab in self.labels}
         sample_ms = max(_ms(prepared[lab], "call_ms", lab) for lab in self.labels) * calls
         batch = 1 if method == "interpreter_wallclock" else int(min(corroborate.MAX_BATCH, max(
             1, corroborate.BATCH_MS // max(sample_ms, 1e-3))))
@@ -131,10 +148,12 @@ class Bench:
         if method == "interpreter_wallclock":  # as long as the budget lasts, within min_reps..max_reps
             deadline = time.perf_counter() + plan.budget_s * len(self.labels)
             more = lambda n: n < plan.max_reps and (n < plan.min_reps or time.perf_counter() < deadline)  # noqa: E731
+            audited = auditor.rounds(self.labels, plan.min_reps)
         else:  # as many samples as the budget allows by the estimated call time
             call_ms = sum(_ms(prepared[lab], "call_ms", lab) for lab in self.labels)
             reps = timing.rounds(plan, call_ms * calls / 1e3, len(self.labels))
             more = lambda n: n < reps  # noqa: E731
+            audited = auditor.rounds(self.labels, -(-reps // batch))
         rnd = 0
         while more(rnd * batch):
             for lab in timing.abba(self.labels, rnd):
@@ -144,57 +163,19 @@ class Bench:
                 ms = _samples(got, batch, lab)
                 samples[lab] += ms
                 claims[lab].append(sum(ms) * calls)
+            for lab in audited.get(rnd, []):
+                audits[lab].append(auditor.audit(lab))
             rnd += 1
         self._empty(empties, batch)
-        return samples, claims, walls, empties
+        return samples, claims, walls, empties, audits
 
-    def _empty(self, empties: dict[str, list[float]], batch: int) -> None:
+    def _empty(self, empties: dict[str, dict[str, list[float]]], batch: int) -> None:
         for _ in range(corroborate.EMPTY_REQUESTS):
             for lab in self.labels:
-                started = time.perf_counter()
-                self.ask(lab, {"op": "sample", "first": 0, "n": batch, "empty": True})
-                empties[lab].append((time.perf_counter() - started) * 1e3)
-
-    def recheck(self, label: str, live: list[dict], slots: list, point: tuple) -> dict:
-        """Fresh inputs written into the first input sets (the memory the timed work reads), output
-        buffers poisoned, the timed work replayed by the kernel process, its outputs judged here."""
-        torch, harness = self.torch, self.harness
-        shape, dtype, base_seed = point
-        atol, rtol = harness.tolerance(dtype)
-        refs = []
-        for j in range(len(slots)):
-            fresh = harness.make_inputs(shape, dtype, seed_for(base_seed, "recheck", label, j))
-            for k, v in fresh.items():
-                if isinstance(v, torch.Tensor) and k not in harness.outputs:
-                    live[j][k].copy_(v)
-            refs.append(as_outputs(harness.reference(live[j])))
-        for s in live:
-            harness.prepare_call(s)
-        for tensors, _ in slots:
-            for t in tensors:
-                poison(torch, t)
-        self.bridge.handover()
-        answer = self.ask(label, {"op": "replay", "label": label,
-                                  "slots": {str(j): descs for j, (_, descs) in enumerate(slots)}})
-        outputs = answer.get("outputs") or {}
-        rc: dict = {"ok": True}
-        self.bridge.label = label
-        for j, (tensors, _) in enumerate(slots):
-            got = self.bridge.outputs(outputs.get(str(j)), tensors, live[j])
-            rc = compare_outputs(torch, got, refs[j], atol, rtol)
-            if not rc["ok"]:
-                rc["reason"] = f"input set {j}: {rc.get('reason')}"
-                return rc
-        writes_buffers = all(i.get("kind") == "buffer" for i in outputs.get("0") or [{}])
-        for j, s in enumerate(live if writes_buffers and device_is_gpu(self.job) else []):
-            for name in harness.outputs:  # every input set's output buffers, not only the ones compared
-                o = s.get(name)
-                if isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()):
-                    return {"ok": False, "reason": f"input set {j}: output {name!r} has NaN/inf after the timed run (unwritten)"}
-        if answer.get("nonfinite_sets"):
-            return {"ok": False, "reason": f"input set(s) {answer['nonfinite_sets']}: output has NaN/inf after the timed run"}
-        return rc
-
-
-def device_is_gpu(job: dict) -> bool:
-    return job["device"] == "cuda"
+                for kind, n in (("batch", batch), ("one", 1)):
+                    if kind == "one" and batch == 1:
+                        empties["one"][lab].append(empties["batch"][lab][-1])
+                        continue
+                    started = time.perf_counter()
+                    self.ask(lab, {"op": "sample", "first": 0, "n": n, "empty": True})
+                    empties[kind][lab].append((time.perf_counter() - started) * 1e3)

@@ -4,6 +4,7 @@ output slots it writes, and its answers turned back into the values the comparis
 from __future__ import annotations
 
 from loop.common import arena as shared
+from loop.common import ipc
 from loop.common.outputs import poison
 from loop.judge.kernel_process import KernelFailure, KernelProcess
 
@@ -72,25 +73,25 @@ class Bridge:
             descs.append(d)
         return tensors, descs
 
-    def outputs(self, items: list[dict], slots: list, inputs: dict) -> list:
+    def outputs(self, items: list[dict], slots: list, inputs: dict, most_elements: int = 0) -> list:
         """The kernel process's account of a call's outputs as (name, value) pairs, values read from
-        the judge's own memory: slots, or the OUTPUTS buffers among `inputs`."""
+        the judge's own memory (slots, or the OUTPUTS buffers among `inputs`) or, for a timed call on a
+        GPU, mapped from the kernel process by IPC handle (at most `most_elements` elements each)."""
         torch = self.torch
         if not isinstance(items, list):
             raise KernelFailure("runtime_error", self.label, "the kernel process gave no list of outputs")
-        if items and all(i.get("kind") == "buffer" for i in items):
-            written = []
-            for i in items:
-                name = i.get("input")
-                if name not in inputs or not isinstance(inputs[name], torch.Tensor):
-                    raise KernelFailure("runtime_error", self.label, f"the kernel process named {name!r} as an output buffer")
-                written.append((name, inputs[name]))
+        if items and all(i.get("kind") == "buffer" and "name" not in i for i in items):
+            written = [(i.get("input"), self.buffer(i, inputs)) for i in items]
             return written if len(written) != 1 else [(None, written[0][1])]
         got = []
         for k, item in enumerate(items):
             name, kind = item.get("name"), item.get("kind")
             if kind == "value":
                 got.append((name, item.get("value")))
+            elif kind == "buffer":
+                got.append((name, self.buffer(item, inputs)))
+            elif kind == "ipc":
+                got.append((name, self.mapped(item.get("ipc"), most_elements)))
             elif kind in ("slot", "unfit") and k < len(slots):
                 shape = tuple(int(d) for d in item.get("shape") or ())
                 got.append((name, slots[k] if kind == "slot" or shape == tuple(slots[k].shape)
@@ -100,6 +101,23 @@ class Bridge:
             else:
                 raise KernelFailure("runtime_error", self.label, f"the kernel process reported an output of kind {kind!r}")
         return got
+
+    def buffer(self, item: dict, inputs: dict):
+        name = item.get("input")
+        if name not in inputs or not isinstance(inputs[name], self.torch.Tensor):
+            raise KernelFailure("runtime_error", self.label, f"the kernel process named {name!r} as an output buffer")
+        return inputs[name]
+
+    def mapped(self, desc, most_elements: int):
+        """A tensor of the kernel process, mapped here by its IPC description (`loop.common.ipc`)."""
+        try:
+            return ipc.open_tensor(self.torch, desc, most_elements)
+        except ipc.BadHandle as exc:
+            raise KernelFailure("runtime_error", self.label, f"the kernel process named an output the judge "
+                                f"cannot read: {exc}"[:500]) from None
+        except RuntimeError as exc:  # CUDA refused the handle
+            raise KernelFailure("runtime_error", self.label, f"the kernel process named an output by an IPC handle "
+                                f"CUDA could not open: {exc}"[:500]) from None
 
     def close(self) -> None:
         if self.arena is not None:

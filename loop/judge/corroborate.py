@@ -79,6 +79,48 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
     return {**detail, "ok": True, "reason": ""}
 
 
+# how much faster an implementation's samples may be than its audited samples (per call, medians)
+AUDIT_BAND = {"cuda_graph": 0.10, "cuda_events_l2_flush": 0.15, "interpreter_wallclock": 0.5}
+
+
+def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str, list[float]],
+                 samples: dict[str, list[float]]) -> dict:
+    """`verdict` (judge_timing's, ok) checked against the audited requests (`loop.judge.audit`), whose
+    outputs prove that their samples did the work: each audited request's claim within its wall time
+    (as any request's), the audited claims not far below their wall time beyond the overhead of an
+    empty one-sample request (`empties`), and the other samples (`samples`, per call) not faster than
+    the audited ones by more than AUDIT_BAND. Audits that found wrong outputs are the judge's other
+    refusal (`incorrect`), not this one's. Adds per label {audits, audited_ms, timed_over_audited}."""
+    method = verdict["method"]
+    per_label = TOLERANCES[method][0]
+    for label, rows in audits.items():
+        rows = [r for r in rows if r["ok"]]
+        if not rows:
+            continue
+        claims, walls = [r["claim_ms"] for r in rows], [r["wall_ms"] for r in rows]
+        over = [(c, w) for c, w in zip(claims, walls) if c > w * SAMPLE_SLACK[0] + SAMPLE_SLACK[1]]
+        audited = statistics.median(r["sample_ms"] for r in rows)
+        timed = statistics.median(samples[label]) if samples[label] else audited
+        overhead = statistics.median(empties[label])
+        deciles = statistics.quantiles(empties[label], n=10) if len(empties[label]) > 1 else [0.0] * 9
+        jitter = deciles[-1] - deciles[0] + ABS_SLACK[method]
+        net = statistics.median(walls) - overhead
+        verdict["labels"].setdefault(label, {}).update(audits=len(rows), audited_ms=round(audited, 5),
+                                                       timed_over_audited=round(timed / max(audited, 1e-12), 4))
+        if over:
+            c, w = over[0]
+            return {**verdict, "ok": False, "reason": f"{label}: {len(over)} audited request(s) claim more time than "
+                    f"they took on the judge's clock (e.g. {c:.4f} ms in {w:.4f} ms)"}
+        if statistics.median(claims) < (net - jitter) * (1 - per_label):
+            return {**verdict, "ok": False, "reason": f"{label}: audited requests claimed {statistics.median(claims):.4f} ms, "
+                    f"but took {net:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}
+        if timed < audited * (1 - AUDIT_BAND[method]):
+            return {**verdict, "ok": False, "reason": f"{label}: timed at {timed:.5f} ms per call, but {audited:.5f} ms "
+                    f"when the timed work was audited (band {AUDIT_BAND[method]:.0%}): the samples no one checked "
+                    "did less work"}
+    return verdict
+
+
 # an implementation may not claim to move the spec's bytes faster than this multiple of the copy
 # bandwidth the judge measured itself at the same shape
 BEYOND_COPY = 2.0

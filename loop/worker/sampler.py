@@ -5,7 +5,9 @@ input sets, an L2 flush before an eager call, the whole device synchronized befo
 only the round loop lives in the judge.
 
 A sample is the device time of one graph replay divided by its calls, or of one eager call (CUDA
-events), or the wall time of one call under the interpreter (perf_counter): per call, in ms.
+events), or the wall time of one call under the interpreter (perf_counter): per call, in ms. A graph
+makes one call per input set it uses, each writing its own outputs, so that the judge's audits of
+timed requests (`loop.judge.audit`) see the work of every timed call.
 """
 
 from __future__ import annotations
@@ -53,14 +55,20 @@ class Sampler:
                       for _ in range(3))
         return {"call_ms": call_ms, "peak_mem_mb": peak}
 
+    def use(self, n: int) -> None:
+        """Time over the first `n` input sets only (the judge shares more than every method uses)."""
+        n = max(1, min(int(n), len(self.sets)))
+        self.sets, self.last = self.sets[:n], self.last[:n]
+
     def capture(self, calls: int) -> dict:
-        """A CUDA graph of `calls` calls; tried twice (a first capture can be invalidated by work still
+        """A CUDA graph of `calls` calls, one per input set (the first `calls` sets); tried twice (a first capture can be invalidated by work still
         settling, seen on an H100 with code that captured at every other shape); when both fail the
         implementation is timed eagerly."""
-        failures = []
+        self.use(calls)
+        calls, failures = len(self.sets), []
         for _ in range(2):
             try:
-                self.graph = timing.capture_graph(self.torch, self.fn, calls, len(self.sets))
+                self.graph = timing.capture_graph(self.torch, self.fn, calls, calls)
                 self.calls = calls
                 return {"captured": True, **({"note": f"{self.label}: captured at the second try ({failures[0]})"[:300]}
                                              if failures else {})}
@@ -73,8 +81,10 @@ class Sampler:
                     pass
         return {"captured": False, "note": f"{self.label}: CUDA graph capture failed ({failures[-1]})"[:300]}
 
-    def eager(self) -> None:
-        """Time eagerly (every implementation is, when one could not be captured)."""
+    def eager(self, sets: int) -> None:
+        """Time eagerly over the first `sets` input sets (every implementation is, when one could not
+        be captured)."""
+        self.use(sets)
         self.graph, self.calls = None, 1
         if self.device == "cuda" and self.flush is None:
             self.flush = self.torch.empty(2 * timing.l2_bytes(self.torch), dtype=self.torch.uint8, device="cuda")
@@ -101,12 +111,3 @@ class Sampler:
             end.record()
         self.sync()
         return start.elapsed_time(end) / self.calls
-
-    def replay(self) -> None:
-        """The exact work of one sample again (the same graph, or every input set eagerly)."""
-        if self.graph is not None:
-            call_impl(self.label, "call", self.graph.replay)
-        else:
-            for j in range(len(self.sets)):
-                self.fn(j)
-        self.sync()

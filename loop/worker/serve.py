@@ -1,7 +1,7 @@
 """The kernel process of a judged measurement: `python -m loop.worker --serve R,W`, started by the
 judge (`loop.judge`) with a pair of pipes. It imports the implementations, runs them on memory the
-judge owns (`loop.common.arena`), writes what they return into the judge's output slots, times them
-and replays the timed work on request. It decides nothing: it never sees a reference, a tolerance
+judge owns (`loop.common.arena`), writes what they return into the judge's output slots (or, for
+timed calls on a GPU, names the memory they returned by IPC handle), and times them. It decides nothing: it never sees a reference, a tolerance
 or a comparison, and every number it reports is checked by the judge (outputs element by element,
 timings against the judge's own clock).
 
@@ -13,11 +13,12 @@ object each:
   call     one call on inputs in an arena; outputs copied into the judge's slots
   record   launch recording on or off -> {launched, called} when off
   prepare  input sets for timing, warm-up -> {call_ms, peak_mem_mb}
-  capture  a CUDA graph of `calls` calls -> {captured}; eager: time without a graph
+  capture  a CUDA graph of `calls` calls, one per input set -> {captured, outputs: where each set's
+           outputs are}; eager: time without a graph, over the first `sets` input sets
   sample   `n` timed samples -> {ms: [...]} (per call), or empty ones (their overhead); the judge
-           interleaves the processes' requests and times each on its own clock
+           interleaves the processes' requests and times each on its own clock; an audited sample
+           also says where the outputs of the set it used are (`audit`)
   tuned    the configs a run-time tuner picked while timed
-  replay   the timed work once more, outputs of some input sets copied into slots
   proof    which backend compiled the kernels
 A kernel's failure answers {"failure": {status, label, message, detail}}; the spec's or tileloop's
 own answers {"error": {status, message, detail}}.
@@ -31,9 +32,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from loop.common import arena, timing
+from loop.common import arena, ipc, timing
 from loop.common.channel import Channel, ChannelClosed
-from loop.common.outputs import as_outputs, poison, poison_allocator
+from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
 from loop.worker.bench import tuned_configs
 from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module, short_traceback
@@ -130,17 +131,24 @@ class KernelSide:
         self.sync(label)
         return {"outputs": self.deliver(label, result, inputs, slots)}
 
-    def deliver(self, label: str, result, inputs: dict, slots: list) -> list[dict]:
-        """What a call produced, as the judge reads it: a returned tensor copied into its slot (or its
-        shape, when it does not fit the slot), an OUTPUTS buffer by name (it is already the judge's
-        memory), any other value as JSON."""
+    def deliver(self, label: str, result, inputs: dict, slots: list, in_place: bool = False) -> list[dict]:
+        """What a call produced, as the judge reads it: an OUTPUTS buffer by name (it is already the
+        judge's memory), a returned tensor copied into its slot (or its shape, when it does not fit the
+        slot), any other value as JSON. `in_place` (a timed call on a GPU): a returned tensor is named
+        by IPC handle instead, for the judge to read where the timed call wrote it (no copy that work
+        could hide in)."""
         torch = self.torch
         if result is None:
             return [{"kind": "buffer", "input": name} for name in self.spec.outputs if name in inputs]
         out = []
         for i, (name, value) in enumerate(as_outputs(result)):
             item: dict[str, Any] = {"name": name}
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and in_place:
+                buffer = next((k for k in self.spec.outputs if isinstance(inputs.get(k), torch.Tensor)
+                               and inputs[k].data_ptr() == value.data_ptr() and inputs[k].shape == value.shape), None)
+                item.update({"kind": "buffer", "input": buffer} if buffer is not None else
+                            {"kind": "ipc", "ipc": call_impl(label, "call", ipc.export, torch, value.detach())})
+            elif isinstance(value, torch.Tensor):
                 item.update(shape=list(value.shape), dtype=str(value.dtype).removeprefix("torch."))
                 if i < len(slots) and tuple(slots[i].shape) == tuple(value.shape):
                     call_impl(label, "call", slots[i].copy_, value.detach())
@@ -148,8 +156,7 @@ class KernelSide:
                 else:
                     item["kind"] = "unfit"
             else:
-                item.update(kind="value", value=value if value is None or isinstance(value, (bool, int, float, str))
-                            else repr(value)[:200])
+                item.update(_value(value))
             out.append(item)
         self.sync(label)
         return out
@@ -174,16 +181,29 @@ class KernelSide:
         return self.sampler.prepare()
 
     def capture(self, msg: dict) -> dict:
-        return self.sampler.capture(int(msg["calls"]))
+        t = self.sampler
+        answer = t.capture(int(msg["calls"]))
+        if answer["captured"]:  # the graph's outputs stay where they are from replay to replay
+            answer["outputs"] = {str(j): self.deliver(t.label, t.last[j], s, [], in_place=True)
+                                 for j, s in enumerate(t.sets)}
+        return answer
 
     def eager(self, msg: dict) -> dict:
-        self.sampler.eager()
+        self.sampler.eager(int(msg["sets"]))
         return {}
 
     def sample(self, msg: dict) -> dict:
-        """`n` samples back to back (per call, ms), or as many empty ones."""
-        first, empty = int(msg["first"]), bool(msg.get("empty"))
-        return {"ms": [self.sampler.sample(first + i, empty) for i in range(int(msg.get("n", 1)))]}
+        """`n` samples back to back (per call, ms), or as many empty ones; an audited one (`audit`)
+        also says where the set it used has its outputs (eagerly on a GPU: by IPC handle; under the
+        interpreter: copied into the judge's slots)."""
+        t, first, empty = self.sampler, int(msg["first"]), bool(msg.get("empty"))
+        answer: dict = {"ms": [t.sample(first + i, empty) for i in range(int(msg.get("n", 1)))]}
+        audit = msg.get("audit")
+        if isinstance(audit, dict) and t.graph is None:
+            j = first % len(t.sets)
+            slots = [arena.view(self.torch, self.arenas, d) for d in audit.get("slots") or []]
+            answer["outputs"] = self.deliver(t.label, t.last[j], t.sets[j], slots, in_place=self.device == "cuda")
+        return answer
 
     def tuned(self, msg: dict) -> dict:
         """The configs a run-time tuner picked during the timing, and the timer watch."""
@@ -191,30 +211,15 @@ class KernelSide:
         label = msg["label"]
         return {"tuned": {k: v for k, v in tuned_configs(self.modules[label]).items() if k not in self.tuned_before}}
 
-    def replay(self, msg: dict) -> dict:
-        """The timed work once more, after the judge wrote fresh inputs into the same memory; what it
-        wrote for the input sets named in `slots` goes to the judge's slots."""
-        t, label, torch = self.sampler, msg["label"], self.torch
-        for j, s in enumerate(t.sets):
-            for name in self.spec.outputs:
-                if isinstance(s.get(name), torch.Tensor):
-                    poison(torch, s[name])
-            for _, returned in as_outputs(t.last[j]):
-                if isinstance(returned, torch.Tensor):  # a graph's own output buffer
-                    poison(torch, returned)
-        t.replay()
-        out = {}
-        for j, descs in msg["slots"].items():
-            slots = [arena.view(torch, self.arenas, d) for d in descs]
-            out[j] = self.deliver(label, t.last[int(j)], t.sets[int(j)], slots)
-        nonfinite = [j for j in range(len(t.sets)) if any(
-            isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all())
-            for _, o in as_outputs(t.last[j]))]
-        return {"outputs": out, "nonfinite_sets": nonfinite}
-
     def proof(self, msg: dict) -> dict:
         return {"proof": backend_proof({k: v for k, v in self.modules.items() if not isinstance(v, SimpleNamespace)},
                                        self.backend)}
+
+
+def _value(value) -> dict:
+    """A non-tensor output as it travels: JSON where it is plain, its repr otherwise."""
+    return {"kind": "value", "value": value if value is None or isinstance(value, (bool, int, float, str))
+            else repr(value)[:200]}
 
 
 def torch_provider(torch, spec, name: str):
@@ -227,7 +232,7 @@ def torch_provider(torch, spec, name: str):
     return SimpleNamespace(run=fn)
 
 
-OPS = ("load", "arena", "call", "record", "prepare", "capture", "eager", "sample", "tuned", "replay", "proof")
+OPS = ("load", "arena", "call", "record", "prepare", "capture", "eager", "sample", "tuned", "proof")
 
 
 def answer(side: KernelSide, msg: dict) -> dict:

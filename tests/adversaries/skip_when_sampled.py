@@ -1,8 +1,7 @@
-"""A hole the judge has (docs/architecture.md, "What this does not catch"): the incumbent's own code,
-with tileloop's sampler in this process rewritten to skip the call whenever it takes a timed sample,
-while the replay the judge checks outputs at still does the work. Its claims and the judge's clock
-agree (the requests are short), so only a bound from physics catches it: on a GPU, bytes moved faster
-than twice the copy bandwidth; under the interpreter nothing does yet."""
+"""The incumbent's own code, with tileloop's sampler in this process rewritten to skip the call
+whenever it takes a timed sample: right in the correctness checks and in any replay, and its claims
+agree with the judge's clock (the requests are short). An audited timed request finds the outputs
+its calls should have written still poisoned."""
 
 import sys
 

@@ -1,0 +1,143 @@
+"""Audits of timed requests. The timing loop runs in the kernel process, where the candidate's code
+could have rewritten it (`loop.worker.sampler`): skip its calls while a sample is timed, time a
+cheaper graph, time fewer calls than it reports. So at a few rounds the judge picks at random, a
+timed request is audited:
+
+- fresh inputs (from the system's random source: nothing in the job predicts them) are written into
+  every input set the timed work reads, its output buffers and the graph's own outputs (mapped from
+  the kernel process) are poisoned, and the L2 cache is flushed, all by the judge;
+- one sample is asked for, as in the rounds, timed on the judge's clock;
+- right after the answer the judge reads what the timed calls wrote, where they wrote it (its own
+  memory, or the kernel process's by IPC handle; under the interpreter a copy into the judge's
+  slots, which the judge's clock sees): every set the graph used must be written (no NaN left of the
+  poison), and some sets, chosen after the answer, are compared element by element with the
+  judge's reference on the fresh inputs.
+
+A CUDA graph makes one call per input set, so every timed call leaves its own outputs. An audit
+proves that a sample of this length did the work; `corroborate.judge_audits` then refuses a claim
+the audited samples do not bear out (their claims below their wall time, or the other samples
+faster than the audited ones)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from loop.common import timing
+from loop.common.harness import Harness
+from loop.common.outputs import as_outputs, compare_outputs, poison
+from loop.judge.bridge import Bridge
+from loop.judge.kernel_process import KernelFailure, KernelProcess
+
+AUDITS = {"cuda": 4, "cpu": 3}  # audited requests per implementation and shape
+AUDIT_SETS = 4  # input sets compared element by element per audit (every set is checked for poison)
+
+
+class Auditor:
+    """The audits of one timed shape. `live`: the input sets as the judge keeps them (shared with
+    the kernel processes); `point`: (shape, dtype); `refs`: the reference's outputs at the first set
+    (their shapes size the slots and bound what the judge maps)."""
+
+    def __init__(self, torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], live: list[dict],
+                 point: tuple, refs: list, device: str):
+        self.torch, self.harness, self.bridge, self.kernels = torch, harness, bridge, kernels
+        self.live, self.point, self.refs, self.device = live, point, refs, device
+        self.rng = random.SystemRandom()
+        self.used, self.method, self.calls = 1, "interpreter_wallclock", 1
+        self.graph_outputs: dict[str, list[list]] = {}  # label -> per set, the graph's outputs mapped here
+        self.slots: tuple[list, list] | None = None
+        self.flush = None
+        self.most = 0
+
+    def timed_as(self, method: str, calls: int, used: int, captured: dict[str, dict] | None) -> str | None:
+        """The method the rounds use, over the first `used` input sets; a CUDA graph's outputs mapped
+        once (they stay where they are from replay to replay). Returns why the graph cannot be audited
+        (an output that is no tensor), or None."""
+        self.method, self.calls, self.used = method, calls, used
+        refs = self.refs
+        self.most = 4 * max([r.numel() for _, r in refs if isinstance(r, self.torch.Tensor)] or [0]) + 4096
+        if self.device == "cuda":
+            self.flush = self.torch.empty(2 * timing.l2_bytes(self.torch), dtype=self.torch.uint8, device="cuda")
+        else:
+            self.slots = self.bridge.slots(refs)
+        for label, answer in (captured or {}).items():
+            sets = answer.get("outputs")
+            if not isinstance(sets, dict) or sorted(sets) != sorted(str(j) for j in range(used)):
+                raise KernelFailure("runtime_error", label, "the kernel process did not say where its graph's outputs are")
+            if any(i.get("kind") == "value" for items in sets.values() if isinstance(items, list) for i in items):
+                return f"{label}: an output that is no tensor cannot be audited in a CUDA graph"
+            self.bridge.label = label
+            self.graph_outputs[label] = [self.bridge.outputs(sets[str(j)], [], self.live[j], self.most)
+                                         for j in range(used)]
+        return None
+
+    def rounds(self, labels: list[str], rounds: int) -> dict[int, list[str]]:
+        """At which rounds each implementation is audited (after the round's requests)."""
+        count = min(AUDITS["cuda" if self.device == "cuda" else "cpu"], max(rounds, 1))
+        plan: dict[int, list[str]] = {}
+        for label in labels:
+            for r in self.rng.sample(range(max(rounds, 1)), count):
+                plan.setdefault(r, []).append(label)
+        return plan
+
+    def audit(self, label: str) -> dict:
+        """One audited sample of `label`: {sample_ms, claim_ms, wall_ms, ok, reason}."""
+        torch, harness = self.torch, self.harness
+        shape, dtype = self.point
+        atol, rtol = harness.tolerance(dtype)
+        for j in range(self.used):  # fresh inputs into every set the timed work reads, outputs poisoned
+            fresh = harness.make_inputs(shape, dtype, self.rng.randrange(1 << 62))
+            for name, value in fresh.items():
+                if isinstance(value, torch.Tensor) and name not in harness.outputs:
+                    self.live[j][name].copy_(value)
+            harness.prepare_call(self.live[j])
+        for per_set in self.graph_outputs.get(label, []):
+            for _, t in per_set:
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    poison(torch, t)
+        eager_set = self.rng.randrange(self.used) if self.method != "cuda_graph" else 0
+        checked = (self.rng.sample(range(self.used), min(AUDIT_SETS, self.used)) if self.method == "cuda_graph"
+                   else [eager_set])
+        refs = {j: as_outputs(harness.reference(self.live[j])) for j in checked}
+        audit: dict = {}
+        if self.slots is not None:
+            for t in self.slots[0]:
+                poison(torch, t)
+            audit["slots"] = self.slots[1]
+        if self.flush is not None:
+            self.flush.zero_()
+        self.bridge.handover()
+        kernel = self.kernels[label]
+        started = time.perf_counter()
+        answer = kernel.request({"op": "sample", "first": eager_set, "n": 1, "audit": audit}, label)
+        wall = (time.perf_counter() - started) * 1e3
+        ms = answer.get("ms")
+        sample = ms[0] if isinstance(ms, list) and len(ms) == 1 else None
+        if not isinstance(sample, (int, float)) or isinstance(sample, bool) or not sample >= 0:
+            raise KernelFailure("runtime_error", label, f"the kernel process answered {str(ms)[:80]} to an audited sample")
+        row = {"sample_ms": float(sample), "claim_ms": float(sample) * self.calls, "wall_ms": wall, "ok": True, "reason": ""}
+        self.bridge.label = label
+        if self.method == "cuda_graph":
+            written = self.graph_outputs[label]
+        else:
+            written = {eager_set: self.bridge.outputs(answer.get("outputs"), self.slots[0] if self.slots else [],
+                                                      self.live[eager_set], self.most)}
+        for j in range(self.used) if self.method == "cuda_graph" else [eager_set]:
+            for name, o in written[j]:
+                if isinstance(o, torch.Tensor) and o.is_floating_point() and o.device.type != "meta" \
+                        and not bool(torch.isfinite(o).all()):
+                    return {**row, "ok": False, "reason": f"input set {j}: output {name or ''} has NaN/inf after an "
+                            "audited timed request (unwritten by the timed calls)".replace("  ", " ")}
+        for j in checked:
+            rc = compare_outputs(torch, written[j], refs[j], atol, rtol)
+            if not rc["ok"]:
+                return {**row, "ok": False, "reason": f"input set {j} of an audited timed request: {rc.get('reason')}"}
+        return row
+
+
+def verdict(rows: list[dict]) -> dict:
+    """The audits of one implementation at one shape, as the result's `recheck` entry."""
+    bad = next((r for r in rows if not r["ok"]), None)
+    if bad is not None:
+        return {"ok": False, "reason": bad["reason"], "audits": len(rows)}
+    return {"ok": True, "audits": len(rows)}

@@ -1,0 +1,132 @@
+"""Audited timed requests (`loop/judge/audit.py`): the timing loop runs in the kernel process, where
+a candidate can rewrite it; a few timed requests per implementation, at rounds the judge picks at
+random, run on fresh inputs with poisoned outputs, and what the timed calls wrote is judged. Under the
+interpreter here (the adversaries that rewrite the sampler step through the loop in
+tests/test_adversaries.py, on the GPU too); the verdict on audited timings is a pure function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loop.judge.corroborate import AUDIT_BAND, BEYOND_COPY, beyond_copy, judge_audits
+from test_judge import judged
+
+ADVERSARIES = Path(__file__).parent / "adversaries"
+
+
+def _verdict() -> dict:
+    return {"ok": True, "reason": "", "method": "cuda_graph", "labels": {}}
+
+
+def _rows(sample_ms: float, calls: int, wall_ms: float, n: int = 4) -> list[dict]:
+    return [{"sample_ms": sample_ms, "claim_ms": sample_ms * calls, "wall_ms": wall_ms, "ok": True, "reason": ""}] * n
+
+
+def test_samples_faster_than_the_audited_ones_are_refused():
+    empties = {"candidate": [0.10] * 10}
+    honest = judge_audits(_verdict(), {"candidate": _rows(0.020, 50, 1.12)}, empties, {"candidate": [0.0195] * 40})
+    assert honest["ok"], honest
+    assert honest["labels"]["candidate"]["audits"] == 4 and honest["labels"]["candidate"]["timed_over_audited"] == 0.975
+    faster = 0.020 * (1 - AUDIT_BAND["cuda_graph"]) * 0.99
+    refused = judge_audits(_verdict(), {"candidate": _rows(0.020, 50, 1.12)}, empties, {"candidate": [faster] * 40})
+    assert not refused["ok"] and "the samples no one checked did less work" in refused["reason"]
+
+
+def test_audited_claims_below_their_wall_time_are_refused():
+    empties = {"candidate": [0.10] * 10}
+    # audited requests that did the work (their outputs are right) but claim a third of it
+    refused = judge_audits(_verdict(), {"candidate": _rows(0.020 / 3, 50, 1.12)}, empties, {"candidate": [0.0066] * 40})
+    assert not refused["ok"] and "audited requests claimed" in refused["reason"]
+    over = judge_audits(_verdict(), {"candidate": _rows(0.020, 50, 0.5)}, empties, {"candidate": [0.02] * 40})
+    assert not over["ok"] and "claim more time than they took" in over["reason"]
+
+
+def test_a_claim_beyond_the_copy_bandwidth_is_refused():
+    assert beyond_copy({"candidate": 2900.0}, 3000.0) is None  # an honest memory-bound kernel near the roofline
+    assert beyond_copy({"candidate": None}, 3000.0) is None  # no bytes model
+    assert beyond_copy({"candidate": 10 * 3000.0}, None) is None  # no reference (the CPU, tiny shapes)
+    why = beyond_copy({"candidate": BEYOND_COPY * 3000.0 * 1.01}, 3000.0)
+    assert why and why.startswith("candidate: claimed 6060 GB/s") and "copy bandwidth" in why
+
+
+def test_a_sampler_that_skips_timed_calls_is_refused(tmp_path, env):
+    """Once kept at a claimed 45343x under the interpreter: its replays did the work, its timed samples none."""
+    raw = judged(tmp_path, ADVERSARIES / "skip_when_sampled.py")
+    assert raw["status"] == "incorrect" and raw["failed_impl"] == "candidate", raw
+    assert "audited timed request" in raw["message"] and "NaN" in raw["message"]
+
+
+def test_work_done_only_when_audited_is_refused(tmp_path, env):
+    raw = judged(tmp_path, ADVERSARIES / "work_when_audited.py")
+    assert raw["status"] == "uncorroborated" and raw["failed_impl"] == "candidate", raw
+    assert "the samples no one checked did less work" in raw["message"]
+
+
+def test_an_honest_candidate_passes_its_audits(tmp_path, env):
+    raw = judged(tmp_path, Path(__file__).parent.parent / "kernels" / "vector_add" / "vector_add_triton.py")
+    assert raw["status"] == "ok", raw
+    shape = raw["timing"]["shapes"][0]
+    for label in ("incumbent", "candidate"):
+        assert shape["recheck"][label] == {"ok": True, "audits": 3}
+        assert shape["corroboration"]["labels"][label]["audits"] == 3
+
+
+RETURNS_NEW = '''
+import torch
+
+def run(x, y, out):
+    fresh = torch.empty_like(out)  # a tensor of its own, returned: the judge reads what the timed call returned
+    n = fresh.numel()
+    add_kernel[(triton.cdiv(n, BLOCK),)](x, y, fresh, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return fresh
+'''
+
+
+def _returning(tmp_path: Path, tail: str = "") -> Path:
+    source = (Path(__file__).parent.parent / "kernels" / "vector_add" / "vector_add_triton.py").read_text()
+    path = tmp_path / "returning.py"
+    path.write_text(source.split("def run(")[0] + RETURNS_NEW + tail)
+    return path
+
+
+def test_a_kernel_that_returns_its_output_is_audited_on_what_it_returned(tmp_path, env):
+    raw = judged(tmp_path / "judged", _returning(tmp_path))
+    assert raw["status"] == "ok", raw
+    assert raw["timing"]["shapes"][0]["recheck"]["candidate"] == {"ok": True, "audits": 3}
+
+
+SKIP_SAMPLED = '''
+import sys
+_sampler = sys.modules.get("loop.worker.sampler")
+if _sampler is not None:
+    _real = _sampler.Sampler.sample
+    _sampler.Sampler.sample = lambda self, rnd, empty=False: _real(self, rnd, True)
+'''
+
+
+def test_a_returned_output_left_from_an_earlier_call_is_refused(tmp_path, env):
+    """No poison reaches a tensor the kernel process allocated on the CPU; the fresh inputs find it stale."""
+    raw = judged(tmp_path / "judged", _returning(tmp_path, SKIP_SAMPLED))
+    assert raw["status"] == "incorrect" and raw["failed_impl"] == "candidate", raw
+    assert "audited timed request" in raw["message"] and "elements outside" in raw["message"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("skip", [False, True], ids=["honest", "skips-timed-calls"])
+def test_on_a_gpu_the_outputs_a_graph_returned_are_read_where_it_wrote_them(tmp_path, skip):
+    """A CUDA graph of a kernel that returns new tensors: the judge maps the graph's outputs by IPC
+    handle, poisons them before each audit and reads them after it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    raw = judged(tmp_path / "judged", _returning(tmp_path, SKIP_SAMPLED if skip else ""), device="cuda")
+    if skip:
+        assert raw["status"] == "incorrect" and raw["failed_impl"] == "candidate", raw
+        assert "audited timed request" in raw["message"] and "NaN" in raw["message"]
+        return
+    assert raw["status"] == "ok", raw
+    shape = raw["timing"]["shapes"][0]
+    assert shape["method"] == "cuda_graph" and shape["recheck"]["candidate"] == {"ok": True, "audits": 4}, shape
