@@ -108,6 +108,10 @@ class Auditor:
             self.flush.zero_()
         self.bridge.handover()
         kernel = self.kernels[label]
+        # an empty request first: the kernel process (and its GPU context) has waited while the judge
+        # wrote the inputs, and the first request after a wait takes longer (seen on an H100: 0.3-0.5 ms
+        # more than an empty request of the rounds); the audited request then starts as one of the rounds
+        kernel.request({"op": "sample", "first": 0, "n": 1, "empty": True}, label)
         started = time.perf_counter()
         answer = kernel.request({"op": "sample", "first": eager_set, "n": 1, "audit": audit}, label)
         wall = (time.perf_counter() - started) * 1e3

@@ -105,8 +105,9 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
         deciles = statistics.quantiles(empties[label], n=10) if len(empties[label]) > 1 else [0.0] * 9
         jitter = deciles[-1] - deciles[0] + ABS_SLACK[method]
         net = statistics.median(walls) - overhead
-        verdict["labels"].setdefault(label, {}).update(audits=len(rows), audited_ms=round(audited, 5),
-                                                       timed_over_audited=round(timed / max(audited, 1e-12), 4))
+        verdict["labels"].setdefault(label, {}).update(
+            audits=len(rows), audited_ms=round(audited, 5), timed_over_audited=round(timed / max(audited, 1e-12), 4),
+            audited_claim_ms=round(statistics.median(claims), 5), audited_wall_ms=round(statistics.median(walls), 5))
         if over:
             c, w = over[0]
             return {**verdict, "ok": False, "reason": f"{label}: {len(over)} audited request(s) claim more time than "
