@@ -130,3 +130,16 @@ def test_on_a_gpu_the_outputs_a_graph_returned_are_read_where_it_wrote_them(tmp_
     assert raw["status"] == "ok", raw
     shape = raw["timing"]["shapes"][0]
     assert shape["method"] == "cuda_graph" and shape["recheck"]["candidate"] == {"ok": True, "audits": 4}, shape
+
+
+def test_a_slow_make_inputs_gets_fewer_audits_and_says_so():
+    from loop.judge.audit import AUDITS, MIN_AUDITS, Auditor
+
+    fast = Auditor(None, None, None, {}, [], ((8,), "float32"), [], "cuda", set_s=1e-4)
+    fast.used = 50
+    assert fast.count(2) == AUDITS["cuda"] and fast.note(2) == []
+    slow = Auditor(None, None, None, {}, [], ((8192, 8192), "bfloat16"), [], "cuda", set_s=0.35)  # CPU-made inputs
+    slow.used = 2
+    assert slow.count(2) == MIN_AUDITS
+    assert slow.note(2) == [f"{MIN_AUDITS} audited requests per implementation over 2 input set(s): the spec's "
+                            "make_inputs takes 350 ms a set (make them on the device for more)"]

@@ -4,8 +4,10 @@ cheaper graph, time fewer calls than it reports. So at a few rounds the judge pi
 timed request is audited:
 
 - fresh inputs (from the system's random source: nothing in the job predicts them) are written into
-  every input set the timed work reads, its output buffers and the graph's own outputs (mapped from
-  the kernel process) are poisoned, and the L2 cache is flushed, all by the judge;
+  every input set the timed work reads, and its output buffers and the graph's own outputs (mapped
+  from the kernel process) are poisoned, set after set, by the judge (no L2 flush: one left L2 full
+  of dirty lines, and audited graph samples ran up to 8% slower than the rounds' on an H100; written
+  in set order, L2 holds the last sets, as after a replay of the rounds);
 - one sample is asked for, as in the rounds, timed on the judge's clock;
 - right after the answer the judge reads what the timed calls wrote, where they wrote it (its own
   memory, or the kernel process's by IPC handle; under the interpreter a copy into the judge's
@@ -23,14 +25,24 @@ from __future__ import annotations
 import random
 import time
 
-from loop.common import timing
 from loop.common.harness import Harness
 from loop.common.outputs import as_outputs, compare_outputs, poison
 from loop.judge.bridge import Bridge
 from loop.judge.kernel_process import KernelFailure, KernelProcess
 
 AUDITS = {"cuda": 4, "cpu": 3}  # audited requests per implementation and shape
+MIN_AUDITS = 2  # ... however slow the spec's make_inputs
 AUDIT_SETS = 4  # input sets compared element by element per audit (every set is checked for poison)
+# seconds of the spec's make_inputs that the fresh inputs of one shape's audits may take: a spec that
+# makes its inputs on the CPU (Liger's, 0.3 s a set at 8192x8192) gets fewer sets per graph, then
+# fewer audits (never below MIN_AUDITS), and says so in the shape's notes
+REFRESH_S = 1.5
+
+
+def set_budget(device: str, labels: int) -> float:
+    """Seconds of make_inputs the input sets beyond those that exceed L2 may take: as many sets as
+    every audit can refresh within REFRESH_S."""
+    return REFRESH_S / (AUDITS["cuda" if device == "cuda" else "cpu"] * max(labels, 1))
 
 
 class Auditor:
@@ -39,14 +51,14 @@ class Auditor:
     (their shapes size the slots and bound what the judge maps)."""
 
     def __init__(self, torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], live: list[dict],
-                 point: tuple, refs: list, device: str):
+                 point: tuple, refs: list, device: str, set_s: float = 0.0):
         self.torch, self.harness, self.bridge, self.kernels = torch, harness, bridge, kernels
         self.live, self.point, self.refs, self.device = live, point, refs, device
+        self.set_s = set_s  # seconds the spec's make_inputs took per input set
         self.rng = random.SystemRandom()
         self.used, self.method, self.calls = 1, "interpreter_wallclock", 1
         self.graph_outputs: dict[str, list[list]] = {}  # label -> per set, the graph's outputs mapped here
         self.slots: tuple[list, list] | None = None
-        self.flush = None
         self.most = 0
 
     def timed_as(self, method: str, calls: int, used: int, captured: dict[str, dict] | None) -> str | None:
@@ -56,9 +68,7 @@ class Auditor:
         self.method, self.calls, self.used = method, calls, used
         refs = self.refs
         self.most = 4 * max([r.numel() for _, r in refs if isinstance(r, self.torch.Tensor)] or [0]) + 4096
-        if self.device == "cuda":
-            self.flush = self.torch.empty(2 * timing.l2_bytes(self.torch), dtype=self.torch.uint8, device="cuda")
-        else:
+        if self.device != "cuda":
             self.slots = self.bridge.slots(refs)
         for label, answer in (captured or {}).items():
             sets = answer.get("outputs")
@@ -73,12 +83,28 @@ class Auditor:
 
     def rounds(self, labels: list[str], rounds: int) -> dict[int, list[str]]:
         """At which rounds each implementation is audited (after the round's requests)."""
-        count = min(AUDITS["cuda" if self.device == "cuda" else "cpu"], max(rounds, 1))
+        count = self.count(len(labels))
+        count = min(count, max(rounds, 1))
         plan: dict[int, list[str]] = {}
         for label in labels:
             for r in self.rng.sample(range(max(rounds, 1)), count):
                 plan.setdefault(r, []).append(label)
         return plan
+
+    def count(self, labels: int) -> int:
+        """Audits per implementation: AUDITS, fewer when refreshing every set would take more than
+        REFRESH_S (never below MIN_AUDITS)."""
+        most = AUDITS["cuda" if self.device == "cuda" else "cpu"]
+        affordable = int(REFRESH_S / max(self.used * self.set_s * labels, 1e-9))
+        return min(most, max(MIN_AUDITS, affordable))
+
+    def note(self, labels: int) -> list[str]:
+        """What the shape's notes say when the spec's make_inputs cut the audits short."""
+        count = self.count(labels)
+        if count >= AUDITS["cuda" if self.device == "cuda" else "cpu"]:
+            return []
+        return [f"{count} audited requests per implementation over {self.used} input set(s): the spec's make_inputs "
+                f"takes {self.set_s * 1e3:.0f} ms a set (make them on the device for more)"]
 
     def audit(self, label: str) -> dict:
         """One audited sample of `label`: {sample_ms, claim_ms, wall_ms, ok, reason}."""
@@ -90,22 +116,18 @@ class Auditor:
             for name, value in fresh.items():
                 if isinstance(value, torch.Tensor) and name not in harness.outputs:
                     self.live[j][name].copy_(value)
-            harness.prepare_call(self.live[j])
-        for per_set in self.graph_outputs.get(label, []):
-            for _, t in per_set:
-                if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                    poison(torch, t)
         eager_set = self.rng.randrange(self.used) if self.method != "cuda_graph" else 0
         checked = (self.rng.sample(range(self.used), min(AUDIT_SETS, self.used)) if self.method == "cuda_graph"
                    else [eager_set])
         refs = {j: as_outputs(harness.reference(self.live[j])) for j in checked}
-        audit: dict = {}
-        if self.slots is not None:
-            for t in self.slots[0]:
-                poison(torch, t)
-            audit["slots"] = self.slots[1]
-        if self.flush is not None:
-            self.flush.zero_()
+        for j in range(self.used):  # outputs poisoned after the references, in set order
+            harness.prepare_call(self.live[j])
+            for _, t in self.graph_outputs.get(label, [[]] * self.used)[j]:
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    poison(torch, t)
+        for t in self.slots[0] if self.slots else []:
+            poison(torch, t)
+        audit = {"slots": self.slots[1] if self.slots else []}
         self.bridge.handover()
         kernel = self.kernels[label]
         # an empty request first: the kernel process (and its GPU context) has waited while the judge

@@ -52,7 +52,9 @@ class Bench:
     def shape(self, shape: tuple, dtype: str, plan: timing.TimingPlan) -> dict:
         torch, harness, device = self.torch, self.harness, self.job["device"]
         base_seed = seed_for(self.job["seed"], "bench", shape, dtype)
+        started = time.perf_counter()
         first = harness.make_inputs(shape, dtype, base_seed)
+        making = time.perf_counter() - started  # seconds of make_inputs so far
         in_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
         nsets, notes = timing.rotating_sets(torch, in_bytes, device)
         most = timing.most_sets(in_bytes, nsets, device)  # a CUDA graph may use more: one set per call
@@ -61,15 +63,22 @@ class Bench:
         self.bridge.label = self.charged
         self.bridge.fit(most * (shared.tensor_bytes(first) + 256 * (len(first) + 1)) + slot_bytes)
         live, encoded = [], []
+        budget = audit.set_budget(device, len(self.labels))  # sets beyond nsets: as many as the audits can refresh
         for j in range(most):
+            if j >= nsets and making > budget:
+                break
+            started = time.perf_counter()
             inputs = first if j == 0 else harness.make_inputs(shape, dtype, base_seed + j)
             encoded.append(self.bridge.share(inputs))
             live.append(inputs)
+            making += time.perf_counter() - started
         del first
         self.bridge.handover()
+        set_s = making / len(live)
         prepared = {lab: self.ask(lab, {"op": "prepare", "label": lab, "sets": encoded}) for lab in self.labels}
-        auditor = Auditor(torch, harness, self.bridge, self.kernels, live, (shape, dtype), refs, device)
-        method, calls, more = self.method(prepared, nsets, most, plan, auditor)
+        auditor = Auditor(torch, harness, self.bridge, self.kernels, live, (shape, dtype), refs, device, set_s)
+        method, calls, more = self.method(prepared, nsets, len(live), plan, auditor)
+        more += auditor.note(len(self.labels))
         samples, claims, walls, empties, audits = self.rounds(plan, method, calls, prepared, auditor)
         corroboration = corroborate.judge_timing(method, claims, walls, empties["batch"], self.pair)
         if corroboration["ok"]:
