@@ -3,8 +3,9 @@ could have rewritten it (`loop.worker.sampler`): skip its calls while a sample i
 cheaper graph, time fewer calls than it reports. So at a few rounds the judge picks at random, a
 timed request is audited:
 
-- fresh inputs (from the system's random source: nothing in the job predicts them) are written into
-  every input set the timed work reads, and its output buffers and the graph's own outputs (mapped
+- fresh inputs (from the system's random source: nothing in the job predicts them), made before the
+  round and kept in the judge's own memory, are written into every input set the timed work
+  reads, and its output buffers and the graph's own outputs (mapped
   from the kernel process) are poisoned, set after set, by the judge (no L2 flush: one left L2 full
   of dirty lines, and audited graph samples ran up to 8% slower than the rounds' on an H100; written
   in set order, L2 holds the last sets, as after a replay of the rounds);
@@ -59,6 +60,7 @@ class Auditor:
         self.used, self.method, self.calls = 1, "interpreter_wallclock", 1
         self.graph_outputs: dict[str, list[list]] = {}  # label -> per set, the graph's outputs mapped here
         self.slots: tuple[list, list] | None = None
+        self.staged: dict[str, tuple] = {}  # label -> (fresh inputs, the eager set, references), until its audit
         self.most = 0
 
     def timed_as(self, method: str, calls: int, used: int, captured: dict[str, dict] | None) -> str | None:
@@ -106,36 +108,46 @@ class Auditor:
         return [f"{count} audited requests per implementation over {self.used} input set(s): the spec's make_inputs "
                 f"takes {self.set_s * 1e3:.0f} ms a set (make them on the device for more)"]
 
-    def audit(self, label: str) -> dict:
-        """One audited sample of `label`: {sample_ms, claim_ms, wall_ms, ok, reason}."""
+    def stage(self, label: str) -> None:
+        """Before the round an audit follows: fresh inputs for every set the timed work reads, made in
+        the judge's own memory (out of the kernel processes' reach), the sets to compare chosen and
+        their references computed. Making inputs can take a second (a spec that makes them on the
+        CPU) with the GPU idle; the round's requests run between this and the audit, so the audited
+        sample finds the GPU as every sample of the rounds does (seen on an H100: audited samples
+        right after a second of make_inputs ran 15-30% slower)."""
         torch, harness = self.torch, self.harness
         shape, dtype = self.point
-        atol, rtol = harness.tolerance(dtype)
-        for j in range(self.used):  # fresh inputs into every set the timed work reads, outputs poisoned
-            fresh = harness.make_inputs(shape, dtype, self.rng.randrange(1 << 62))
-            for name, value in fresh.items():
-                if isinstance(value, torch.Tensor) and name not in harness.outputs:
-                    self.live[j][name].copy_(value)
+        fresh = [harness.make_inputs(shape, dtype, self.rng.randrange(1 << 62)) for _ in range(self.used)]
         eager_set = self.rng.randrange(self.used) if self.method != "cuda_graph" else 0
         checked = (self.rng.sample(range(self.used), min(AUDIT_SETS, self.used)) if self.method == "cuda_graph"
                    else [eager_set])
-        refs = {j: as_outputs(harness.reference(self.live[j])) for j in checked}
-        for j in range(self.used):  # outputs poisoned after the references, in set order
+        refs = {j: as_outputs(harness.reference(fresh[j])) for j in checked}
+        self.staged[label] = (fresh, eager_set, refs)
+
+    def audit(self, label: str) -> dict:
+        """One audited sample of `label` (staged before the round): {sample_ms, claim_ms, wall_ms, ok, reason}."""
+        torch, harness = self.torch, self.harness
+        fresh, eager_set, refs = self.staged.pop(label)
+        for j in range(self.used):  # fresh inputs copied in and outputs poisoned, set after set
+            for name, value in fresh[j].items():
+                if isinstance(value, torch.Tensor) and name not in harness.outputs:
+                    self.live[j][name].copy_(value)
             harness.prepare_call(self.live[j])
             for _, t in self.graph_outputs.get(label, [[]] * self.used)[j]:
                 if isinstance(t, torch.Tensor) and t.device.type != "meta":
                     poison(torch, t)
+        del fresh
         for t in self.slots[0] if self.slots else []:
             poison(torch, t)
-        audit = {"slots": self.slots[1] if self.slots else []}
         self.bridge.handover()
         kernel = self.kernels[label]
-        # an empty request first: the kernel process (and its GPU context) has waited while the judge
-        # wrote the inputs, and the first request after a wait takes longer (seen on an H100: 0.3-0.5 ms
-        # more than an empty request of the rounds); the audited request then starts as one of the rounds
+        # an empty request first: the kernel process has waited while the judge wrote the inputs, and
+        # the first request after a wait takes longer (seen on an H100: 0.3-0.5 ms more than an empty
+        # request of the rounds); the audited request then starts as one of the rounds
         kernel.request({"op": "sample", "first": 0, "n": 1, "empty": True}, label)
         started = time.perf_counter()
-        answer = kernel.request({"op": "sample", "first": eager_set, "n": 1, "audit": audit}, label)
+        answer = kernel.request({"op": "sample", "first": eager_set, "n": 1,
+                                 "audit": {"slots": self.slots[1] if self.slots else []}}, label)
         wall = (time.perf_counter() - started) * 1e3
         ms = answer.get("ms")
         sample = ms[0] if isinstance(ms, list) and len(ms) == 1 else None
@@ -144,21 +156,27 @@ class Auditor:
         row = {"sample_ms": float(sample), "claim_ms": float(sample) * self.calls, "wall_ms": wall, "ok": True, "reason": ""}
         self.bridge.label = label
         if self.method == "cuda_graph":
-            written = self.graph_outputs[label]
+            written = dict(enumerate(self.graph_outputs[label]))
         else:
             written = {eager_set: self.bridge.outputs(answer.get("outputs"), self.slots[0] if self.slots else [],
                                                       self.live[eager_set], self.most)}
-        for j in range(self.used) if self.method == "cuda_graph" else [eager_set]:
-            for name, o in written[j]:
+        return {**row, **self._judged(written, refs)}
+
+    def _judged(self, written: dict[int, list], refs: dict[int, list]) -> dict:
+        """Every set's outputs written (no poison left), the chosen ones equal to the reference."""
+        torch = self.torch
+        atol, rtol = self.harness.tolerance(self.point[1])
+        for j, outputs in written.items():
+            for name, o in outputs:
                 if isinstance(o, torch.Tensor) and o.is_floating_point() and o.device.type != "meta" \
                         and not bool(torch.isfinite(o).all()):
-                    return {**row, "ok": False, "reason": f"input set {j}: output {name or ''} has NaN/inf after an "
+                    return {"ok": False, "reason": f"input set {j}: output {name or ''} has NaN/inf after an "
                             "audited timed request (unwritten by the timed calls)".replace("  ", " ")}
-        for j in checked:
-            rc = compare_outputs(torch, written[j], refs[j], atol, rtol)
+        for j, ref in refs.items():
+            rc = compare_outputs(torch, written[j], ref, atol, rtol)
             if not rc["ok"]:
-                return {**row, "ok": False, "reason": f"input set {j} of an audited timed request: {rc.get('reason')}"}
-        return row
+                return {"ok": False, "reason": f"input set {j} of an audited timed request: {rc.get('reason')}"}
+        return {}
 
 
 def verdict(rows: list[dict]) -> dict:

@@ -165,6 +165,8 @@ class Bench:
             audited = auditor.rounds(self.labels, -(-reps // batch))
         rnd = 0
         while more(rnd * batch):
+            for lab in audited.get(rnd, []):
+                auditor.stage(lab)
             for lab in timing.abba(self.labels, rnd):
                 started = time.perf_counter()
                 got = self.ask(lab, {"op": "sample", "first": rnd * batch, "n": batch})
