@@ -7,4 +7,6 @@ files      atomic writes
 stats      summary and paired statistics of timing samples
 jobs       the worker job/result file protocol: schema, seeds, shared constants
 language   which language a kernel file is written in (from its imports)
+arena      memory the judge owns and the kernel process writes (a CUDA IPC block or a shared file)
+ipc        a kernel process's CUDA tensor named to the judge by IPC handle, as checked JSON
 """
