@@ -5,8 +5,8 @@ timed request is audited:
 
 - fresh inputs (from the system's random source: nothing in the job predicts them), made before the
   round and kept in the judge's own memory, are written into every input set the timed work
-  reads, and its output buffers and the graph's own outputs (mapped
-  from the kernel process) are poisoned, set after set, by the judge (no L2 flush: one left L2 full
+  reads, and its output buffers and the graph's own outputs (mapped from the kernel process) are
+  poisoned, set after set, by the judge (no L2 flush: one left L2 full
   of dirty lines, and audited graph samples ran up to 8% slower than the rounds' on an H100; written
   in set order, L2 holds the last sets, as after a replay of the rounds);
 - one sample is asked for, as in the rounds, timed on the judge's clock;
@@ -29,7 +29,7 @@ import time
 from loop.common.harness import Harness
 from loop.common.outputs import as_outputs, compare_outputs, poison
 from loop.judge.bridge import Bridge
-from loop.judge.kernel_process import KernelFailure, KernelProcess
+from loop.judge.kernel_process import KernelFailure, KernelProcess, sample_times
 
 AUDITS = {"cuda": 4, "cpu": 3}  # audited requests per implementation and shape
 MIN_AUDITS = 2  # ... however slow the spec's make_inputs
@@ -40,10 +40,14 @@ AUDIT_SETS = 4  # input sets compared element by element per audit (every set is
 REFRESH_S = 1.5
 
 
+def audits_for(device: str) -> int:
+    return AUDITS["cuda" if device == "cuda" else "cpu"]
+
+
 def set_budget(device: str, labels: int) -> float:
     """Seconds of make_inputs the input sets beyond those that exceed L2 may take: as many sets as
     every audit can refresh within REFRESH_S."""
-    return REFRESH_S / (AUDITS["cuda" if device == "cuda" else "cpu"] * max(labels, 1))
+    return REFRESH_S / (audits_for(device) * max(labels, 1))
 
 
 class Auditor:
@@ -68,10 +72,9 @@ class Auditor:
         once (they stay where they are from replay to replay). Returns why the graph cannot be audited
         (an output that is no tensor), or None."""
         self.method, self.calls, self.used = method, calls, used
-        refs = self.refs
-        self.most = 4 * max([r.numel() for _, r in refs if isinstance(r, self.torch.Tensor)] or [0]) + 4096
+        self.most = 4 * max([r.numel() for _, r in self.refs if isinstance(r, self.torch.Tensor)] or [0]) + 4096
         if self.device != "cuda":
-            self.slots = self.bridge.slots(refs)
+            self.slots = self.bridge.slots(self.refs)
         for label, answer in (captured or {}).items():
             sets = answer.get("outputs")
             if not isinstance(sets, dict) or sorted(sets) != sorted(str(j) for j in range(used)):
@@ -85,25 +88,24 @@ class Auditor:
 
     def rounds(self, labels: list[str], rounds: int) -> dict[int, list[str]]:
         """At which rounds each implementation is audited (after the round's requests)."""
-        count = self.count(len(labels))
-        count = min(count, max(rounds, 1))
+        rounds = max(rounds, 1)
+        count = min(self.count(len(labels)), rounds)
         plan: dict[int, list[str]] = {}
         for label in labels:
-            for r in self.rng.sample(range(max(rounds, 1)), count):
+            for r in self.rng.sample(range(rounds), count):
                 plan.setdefault(r, []).append(label)
         return plan
 
     def count(self, labels: int) -> int:
         """Audits per implementation: AUDITS, fewer when refreshing every set would take more than
         REFRESH_S (never below MIN_AUDITS)."""
-        most = AUDITS["cuda" if self.device == "cuda" else "cpu"]
         affordable = int(REFRESH_S / max(self.used * self.set_s * labels, 1e-9))
-        return min(most, max(MIN_AUDITS, affordable))
+        return min(audits_for(self.device), max(MIN_AUDITS, affordable))
 
     def note(self, labels: int) -> list[str]:
         """What the shape's notes say when the spec's make_inputs cut the audits short."""
         count = self.count(labels)
-        if count >= AUDITS["cuda" if self.device == "cuda" else "cpu"]:
+        if count >= audits_for(self.device):
             return []
         return [f"{count} audited requests per implementation over {self.used} input set(s): the spec's make_inputs "
                 f"takes {self.set_s * 1e3:.0f} ms a set (make them on the device for more)"]
@@ -149,11 +151,8 @@ class Auditor:
         answer = kernel.request({"op": "sample", "first": eager_set, "n": 1,
                                  "audit": {"slots": self.slots[1] if self.slots else []}}, label)
         wall = (time.perf_counter() - started) * 1e3
-        ms = answer.get("ms")
-        sample = ms[0] if isinstance(ms, list) and len(ms) == 1 else None
-        if not isinstance(sample, (int, float)) or isinstance(sample, bool) or not sample >= 0:
-            raise KernelFailure("runtime_error", label, f"the kernel process answered {str(ms)[:80]} to an audited sample")
-        row = {"sample_ms": float(sample), "claim_ms": float(sample) * self.calls, "wall_ms": wall, "ok": True, "reason": ""}
+        sample = sample_times(answer, 1, label)[0]
+        row = {"sample_ms": sample, "claim_ms": sample * self.calls, "wall_ms": wall, "ok": True, "reason": ""}
         self.bridge.label = label
         if self.method == "cuda_graph":
             written = dict(enumerate(self.graph_outputs[label]))

@@ -6,7 +6,6 @@ the claims against its own clock and the audited samples (`corroborate`)."""
 
 from __future__ import annotations
 
-import math
 import time
 
 from loop.common import arena as shared
@@ -17,23 +16,7 @@ from loop.common.outputs import as_outputs
 from loop.judge import audit, corroborate
 from loop.judge.audit import Auditor
 from loop.judge.bridge import Bridge
-from loop.judge.kernel_process import KernelFailure, KernelProcess, ask_all
-
-
-def _samples(answer: dict, n: int, label: str) -> list[float]:
-    """The `n` sample times of an answer, or the kernel process's failure."""
-    ms = answer.get("ms")
-    if not isinstance(ms, list) or len(ms) != n:
-        raise KernelFailure("runtime_error", label, f"the kernel process answered {str(ms)[:80]} for {n} sample(s)")
-    return [_ms({"ms": x}, "ms", label) for x in ms]
-
-
-def _ms(answer: dict, key: str, label: str) -> float:
-    """A positive finite number from a kernel process's answer, or its failure."""
-    value = answer.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise KernelFailure("runtime_error", label, f"the kernel process reported {key}={value!r}, not a time")
-    return float(value)
+from loop.judge.kernel_process import KernelProcess, ask_all, sample_times, time_of
 
 
 class Bench:
@@ -114,8 +97,8 @@ class Bench:
         # the implementations under study decide; PyTorch's own baselines (`report --measure`, `compare`)
         # are timed the same way, and a slow eager one does not push everything off CUDA graphs
         deciding = [lab for lab in self.labels if lab not in set(self.job.get("torch_providers") or ())] or self.labels
-        slowest = max(deciding, key=lambda lab: _ms(prepared[lab], "call_ms", lab))
-        call_ms = _ms(prepared[slowest], "call_ms", slowest)
+        slowest = max(deciding, key=lambda lab: time_of(prepared[lab], "call_ms", lab))
+        call_ms = time_of(prepared[slowest], "call_ms", slowest)
         notes: list[str] = []
         if plan.use_graphs and call_ms < timing.GRAPH_BELOW_MS:
             calls = min(timing.calls_per_graph(call_ms, nsets), most)
@@ -150,7 +133,7 @@ class Bench:
         empties: dict[str, dict[str, list[float]]] = {"batch": {lab: [] for lab in self.labels},
                                                       "one": {lab: [] for lab in self.labels}}
         audits: dict[str, list[dict]] = {lab: [] for lab in self.labels}
-        sample_ms = max(_ms(prepared[lab], "call_ms", lab) for lab in self.labels) * calls
+        sample_ms = max(time_of(prepared[lab], "call_ms", lab) for lab in self.labels) * calls
         batch = 1 if method == "interpreter_wallclock" else int(min(corroborate.MAX_BATCH, max(
             1, corroborate.BATCH_MS // max(sample_ms, 1e-3))))
         self._empty(empties, batch)
@@ -159,7 +142,7 @@ class Bench:
             more = lambda n: n < plan.max_reps and (n < plan.min_reps or time.perf_counter() < deadline)  # noqa: E731
             audited = auditor.rounds(self.labels, plan.min_reps)
         else:  # as many samples as the budget allows by the estimated call time
-            call_ms = sum(_ms(prepared[lab], "call_ms", lab) for lab in self.labels)
+            call_ms = sum(time_of(prepared[lab], "call_ms", lab) for lab in self.labels)
             reps = timing.rounds(plan, call_ms * calls / 1e3, len(self.labels))
             more = lambda n: n < reps  # noqa: E731
             audited = auditor.rounds(self.labels, -(-reps // batch))
@@ -171,7 +154,7 @@ class Bench:
                 started = time.perf_counter()
                 got = self.ask(lab, {"op": "sample", "first": rnd * batch, "n": batch})
                 walls[lab].append((time.perf_counter() - started) * 1e3)
-                ms = _samples(got, batch, lab)
+                ms = sample_times(got, batch, lab)
                 samples[lab] += ms
                 claims[lab].append(sum(ms) * calls)
             for lab in audited.get(rnd, []):

@@ -53,15 +53,11 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
     net, jitter = {}, {}
     overhead = {label: statistics.median(e) for label, e in empties.items()}
     for label, claims in claimed.items():
-        over = [(c, w) for c, w in zip(claims, walls[label]) if c > w * SAMPLE_SLACK[0] + SAMPLE_SLACK[1]]
-        if over:
-            c, w = over[0]
-            return {**detail, "ok": False, "reason": f"{label}: {len(over)} request(s) claim more time than they "
-                    f"took on the judge's clock (e.g. {c:.4f} ms in {w:.4f} ms)"}
+        if why := _over(claims, walls[label]):
+            return {**detail, "ok": False, "reason": f"{label}: {why}"}
         claim = statistics.median(claims)
         net[label] = max(statistics.median(walls[label]) - overhead[label], 1e-9)
-        deciles = statistics.quantiles(empties[label], n=10) if len(empties[label]) > 1 else [0.0] * 9
-        jitter[label] = deciles[-1] - deciles[0] + ABS_SLACK[method]
+        jitter[label] = _jitter(empties[label], method)
         detail["labels"][label] = {"claimed_ms": round(claim, 5), "wall_ms": round(net[label] + overhead[label], 5),
                                    "overhead_ms": round(overhead[label], 5), "jitter_ms": round(jitter[label], 5)}
         if claim < (net[label] - jitter[label]) * (1 - per_label):
@@ -77,6 +73,22 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
             return {**detail, "ok": False, "reason": f"claimed speedup {claimed_speedup:.3f}x, but the same samples on "
                     f"the judge's clock show {wall_speedup:.3f}x (band {ratio:.0%})"}
     return {**detail, "ok": True, "reason": ""}
+
+
+def _over(claims: list[float], walls: list[float]) -> str | None:
+    """Why some requests claim more time than they took on the judge's clock, or None."""
+    over = [(c, w) for c, w in zip(claims, walls) if c > w * SAMPLE_SLACK[0] + SAMPLE_SLACK[1]]
+    if not over:
+        return None
+    c, w = over[0]
+    return f"{len(over)} request(s) claim more time than they took on the judge's clock (e.g. {c:.4f} ms in {w:.4f} ms)"
+
+
+def _jitter(empties: list[float], method: str) -> float:
+    """What a round trip adds or takes away: the spread of the middle 80% of the empty requests, plus
+    ABS_SLACK."""
+    deciles = statistics.quantiles(empties, n=10) if len(empties) > 1 else [0.0] * 9
+    return deciles[-1] - deciles[0] + ABS_SLACK[method]
 
 
 # how much faster an implementation's samples may be than its audited samples (per call, medians)
@@ -98,20 +110,15 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
         if not rows:
             continue
         claims, walls = [r["claim_ms"] for r in rows], [r["wall_ms"] for r in rows]
-        over = [(c, w) for c, w in zip(claims, walls) if c > w * SAMPLE_SLACK[0] + SAMPLE_SLACK[1]]
         audited = statistics.median(r["sample_ms"] for r in rows)
         timed = statistics.median(samples[label]) if samples[label] else audited
-        overhead = statistics.median(empties[label])
-        deciles = statistics.quantiles(empties[label], n=10) if len(empties[label]) > 1 else [0.0] * 9
-        jitter = deciles[-1] - deciles[0] + ABS_SLACK[method]
-        net = statistics.median(walls) - overhead
+        jitter = _jitter(empties[label], method)
+        net = statistics.median(walls) - statistics.median(empties[label])
         verdict["labels"].setdefault(label, {}).update(
             audits=len(rows), audited_ms=round(audited, 5), timed_over_audited=round(timed / max(audited, 1e-12), 4),
             audited_claim_ms=round(statistics.median(claims), 5), audited_wall_ms=round(statistics.median(walls), 5))
-        if over:
-            c, w = over[0]
-            return {**verdict, "ok": False, "reason": f"{label}: {len(over)} audited request(s) claim more time than "
-                    f"they took on the judge's clock (e.g. {c:.4f} ms in {w:.4f} ms)"}
+        if why := _over(claims, walls):
+            return {**verdict, "ok": False, "reason": f"{label}: audited: {why}"}
         if statistics.median(claims) < (net - jitter) * (1 - per_label):
             return {**verdict, "ok": False, "reason": f"{label}: audited requests claimed {statistics.median(claims):.4f} ms, "
                     f"but took {net:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}

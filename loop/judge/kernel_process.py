@@ -5,6 +5,7 @@ exit and its log, and charged to the implementation the request concerned."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -133,6 +134,22 @@ class KernelProcess:
         deadline = time.monotonic() + 1
         while self.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def sample_times(answer: dict, n: int, label: str) -> list[float]:
+    """The `n` sample times of an answer, or the kernel process's failure."""
+    ms = answer.get("ms")
+    if not isinstance(ms, list) or len(ms) != n:
+        raise KernelFailure("runtime_error", label, f"the kernel process answered {str(ms)[:80]} for {n} sample(s)")
+    return [time_of({"ms": x}, "ms", label) for x in ms]
+
+
+def time_of(answer: dict, key: str, label: str) -> float:
+    """A positive finite number from a kernel process's answer, or its failure."""
+    value = answer.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise KernelFailure("runtime_error", label, f"the kernel process reported {key}={value!r}, not a time")
+    return float(value)
 
 
 def ask_all(kernels: dict[str, KernelProcess], messages: dict[str, dict]) -> dict[str, dict]:

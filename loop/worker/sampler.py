@@ -63,9 +63,9 @@ class Sampler:
         self.sets, self.last = self.sets[:n], self.last[:n]
 
     def capture(self, calls: int) -> dict:
-        """A CUDA graph of `calls` calls, one per input set (the first `calls` sets); tried twice (a first capture can be invalidated by work still
-        settling, seen on an H100 with code that captured at every other shape); when both fail the
-        implementation is timed eagerly."""
+        """A CUDA graph of `calls` calls, one per input set (the first `calls` sets); tried twice (a
+        first capture can be invalidated by work still settling, seen on an H100 with code that
+        captured at every other shape); when both fail the implementation is timed eagerly."""
         self.use(calls)
         calls, failures = len(self.sets), []
         for _ in range(2):

@@ -156,7 +156,8 @@ class KernelSide:
                 else:
                     item["kind"] = "unfit"
             else:
-                item.update(_value(value))
+                item.update(kind="value", value=value if value is None or isinstance(value, (bool, int, float, str))
+                            else repr(value)[:200])
             out.append(item)
         self.sync(label)
         return out
@@ -214,12 +215,6 @@ class KernelSide:
     def proof(self, msg: dict) -> dict:
         return {"proof": backend_proof({k: v for k, v in self.modules.items() if not isinstance(v, SimpleNamespace)},
                                        self.backend)}
-
-
-def _value(value) -> dict:
-    """A non-tensor output as it travels: JSON where it is plain, its repr otherwise."""
-    return {"kind": "value", "value": value if value is None or isinstance(value, (bool, int, float, str))
-            else repr(value)[:200]}
 
 
 def torch_provider(torch, spec, name: str):
