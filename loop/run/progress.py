@@ -11,11 +11,19 @@ import sys
 import time
 
 
+def latency_text(ms: float | None) -> str:
+    """A latency as a person reads it: six significant digits and the unit (`12.7587 ms`), never a float's
+    seventeen; `-` when there is none."""
+    return "-" if ms is None else f"{ms:.6g} ms"
+
+
 def plain_log(message: str) -> None:
     print(f"[tileloop {dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
 
 
 class ProgressView:
+    latency_text = staticmethod(latency_text)  # for the run's own log lines, which reach the view only
+
     def __init__(self, run_id: str, max_iters: int, log=plain_log, live: bool | None = None):
         self.run_id, self.max_iters, self._log = run_id, max_iters, log
         self.fields = {"iteration": None, "change": "", "stage": "", "best": None}
@@ -35,7 +43,7 @@ class ProgressView:
     def _line(self) -> str:
         f = self.fields
         elapsed = int(time.monotonic() - self.started)
-        best = f"{f['best']:.6f} ms" if f["best"] is not None else "-"
+        best = latency_text(f["best"])
         it = f"{f['iteration']}/{self.max_iters}" if f["iteration"] is not None else "-"
         return f"{self.run_id} · iteration {it} · {f['change']} · {f['stage']} · {elapsed // 60}m{elapsed % 60:02d}s · best {best}"
 

@@ -55,7 +55,7 @@ class Unattended(Iteration):
         # an exhausted playbook says, per recipe, why it has nothing left: where a new recipe or an edit would go
         self.state.stopped = {**stop.to_json(), **({"recipes": why} if why else {})}
         self.save()
-        self.log(f"stopped: {stop.state}: {stop.reason}; best {self.state.best_latency_ms} ms at {self.state.best_commit[:10]}")
+        self.log(f"stopped: {stop.state}: {stop.reason}; best {self.progress_view.latency_text(self.state.best_latency_ms)} at {self.state.best_commit[:10]}")
         for rid, reason in (why or {}).items():
             self.log(f"  {rid}: {reason}")
         self.progress_view.close()
