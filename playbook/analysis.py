@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import math
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -88,6 +89,36 @@ BOTTLENECK_ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+# Big levers first. A kernel far from its roofline is held there by how much work each program
+# has in flight and how many programs share the machine (tile or block size, programs per row, warps,
+# occupancy): those are the levers that can close the gap, while hints (cache policy, store path,
+# latency hints, pipelining depth, approximate math) move a memory-bound kernel by a few percent. So,
+# once the baseline's distance to its roofline is measured (`Analysis.headroom`: its fraction of the
+# same-run clone bandwidth at the largest benchmark shape), candidates are ordered by expected gain:
+# a lever is expected to close its share of the gap (log-scale: share * log(1 / headroom)), a hint
+# HINT_GAIN, whatever the gap. The shares are priors, not measurements: on an H200 the autotune space
+# won 2.4-6.4x on every cuTile row kernel and the block steps of the Triton row kernels 3-25% each,
+# while persistent grids and chunked row loops lost on most kernels they were tried on (suite of
+# 2026-11-22), so those get small shares. Experience of the same timing lane (`tileloop experience`)
+# updates each prior as two pseudo-tries would: (2 * prior + the kept tries' log-gains) / (tries + 2).
+# Without a measured headroom (a CPU run, a dot kernel with no same-run matmul rate, `playbook plan`
+# outside a run) the static tables above stand. The stop rules are not touched by any of this.
+LEVER_SHARE = {"autotune": 0.8, "block": 0.7, "whole-row": 0.6, "occupancy": 0.4, "num_warps": 0.4,
+               "tileir-configs": 0.4, "tma": 0.3, "row-chunks": 0.05, "persistent": 0.05}
+HINT_GAIN = 0.03  # a hint's expected gain: a few percent, near or far from the roofline
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What the lane's experience says of one change kind: tries, kept tries, and the sum of the kept
+    tries' log-speedups (from `tileloop experience`'s rows)."""
+
+    kind: str
+    tries: int
+    kept: int
+    log_gain_kept: float
+
+
 @dataclass(frozen=True)
 class Analysis:
     language: str
@@ -98,6 +129,8 @@ class Analysis:
     arch: str | None = None  # the run's GPU architecture, e.g. "sm_100"; None: not known (a CPU run, a preview)
     entry: tuple[str, ...] = ()  # the host functions the forward path was read from (run, Fn.forward, ...)
     forward: frozenset[str] | None = None  # kernels that path can launch; None: not known (every kernel counts)
+    headroom: float | None = None  # the best version's fraction of its roofline (0..1]; None: not measured
+    learned: tuple[Learned, ...] = ()  # the lane's experience per change kind (orders only with a headroom)
 
     def __post_init__(self):
         if self.bottleneck is not None and self.bottleneck not in BOTTLENECK_ORDER:
@@ -131,6 +164,34 @@ class Analysis:
     def entry_text(self) -> str:
         return " / ".join(self.entry) or "the entry point"
 
+    def is_lever(self, kind: str) -> bool:
+        return kind in LEVER_SHARE
+
+    def expected_gain(self, kind: str) -> float | None:
+        """The log-speedup a try of `kind` is expected to give (module comment above), None without a
+        measured headroom."""
+        if self.headroom is None:
+            return None
+        gap = math.log(1.0 / min(max(self.headroom, 1e-3), 1.0))
+        prior = LEVER_SHARE[kind] * gap if kind in LEVER_SHARE else math.log1p(HINT_GAIN)
+        seen = next((row for row in self.learned if row.kind == kind), None)
+        if seen is None:
+            return prior
+        return (2 * prior + seen.log_gain_kept) / (seen.tries + 2)
+
+    def order_reason(self, kind: str) -> str:
+        """One line: why `kind` stands where it does in the order."""
+        gain = self.expected_gain(kind)
+        if gain is None:
+            return "static order of the playbook for this kernel class" + (
+                f" (measured {self.bottleneck})" if self.bottleneck else "")
+        what = (f"lever: expected to close {LEVER_SHARE[kind]:.0%} of the gap to the roofline"
+                if kind in LEVER_SHARE else f"hint: a few percent ({HINT_GAIN:.0%}) whatever the gap")
+        seen = next((row for row in self.learned if row.kind == kind), None)
+        if seen is not None:
+            what += f"; experience: {seen.kept} of {seen.tries} kept"
+        return f"{what}; expected {math.exp(gain):.2f}x"
+
     def priority(self) -> list[str]:
         table = CUTILE_PRIORITY if self.language == "cutile" else TRITON_PRIORITY
         order = list(table[self.kernel_class])
@@ -139,6 +200,13 @@ class Analysis:
         promote, demote = BOTTLENECK_ORDER[self.bottleneck]
         rest = [k for k in order if k not in promote and k not in demote]
         return [*promote, *rest, *(k for k in order if k in demote)]
+
+    def rank_key(self, kind: str) -> tuple[float, int]:
+        """Where a change kind goes: by expected gain, highest first, where the headroom is measured;
+        then by the static priority (the only key without a headroom). Kinds not listed go last."""
+        order = self.priority()
+        gain = self.expected_gain(kind)
+        return (0.0 if gain is None else -gain, order.index(kind) if kind in order else len(order))
 
 
 _BUILTINS = set(dir(builtins))  # min(), max(), range() in a kernel are Python on scalars, not reductions

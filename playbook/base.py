@@ -69,9 +69,7 @@ def ranked(source: str, analysis: Analysis, tried: Sequence[str], demoted: Seque
     for recipe in recipes():
         if recipe.id not in skip and analysis.language in recipe.languages and recipe.applies(analysis):
             pool.extend(c for c in recipe.candidates(source, analysis) if c.key not in tried)
-    order = analysis.priority()
-    rank = {kind: i for i, kind in enumerate(order)}
-    pool.sort(key=lambda c: (c.kind in demoted, c.tier, rank.get(c.kind, len(order))))
+    pool.sort(key=lambda c: (c.kind in demoted, c.tier, *analysis.rank_key(c.kind)))
     return pool
 
 

@@ -24,6 +24,7 @@ from loop.records import gitops
 from loop.run.demo import demo_ops, make_demo_repository
 from loop.run.experiment import open_run
 from loop.run.init import describe, in_progress, init_run
+from loop.run.levers import order_text, run_order
 from loop.target.contract import resolve_target
 
 
@@ -118,8 +119,10 @@ def cmd_init(args, settings) -> int:
     exp = _init(args, settings)
     rec = exp.records()[0]
     label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
-    emit(args, {**status_payload(exp), "baseline": record_summary(rec), "suggestions": exp.suggestions()},
+    order = run_order(exp)
+    emit(args, {**status_payload(exp), "baseline": record_summary(rec), "suggestions": exp.suggestions(), "plan": order},
          f"run {exp.state.run_id} on branch {exp.state.branch}: baseline {rec.latency_ms:.6f} ms{label}\n"
+         + "\n".join(order_text(order)) + "\n"
          f"next: edit {exp.state.target}, then tileloop step --optimization '...' --hypothesis '...'; "
          f"or tileloop step --recipe ID")
     return 0

@@ -14,9 +14,13 @@ from pathlib import Path
 import playbook
 from loop.cli.common import common, emit
 from loop.common.errors import UserError
+from loop.records import gitops
+from loop.run import levers
+from loop.run.experiment import open_run
+from loop.run.init import in_progress
 from loop.records.perf_table import markdown_table
 from playbook.analysis import Analysis, analyze
-from playbook.base import attempt, inapplicable, page_text
+from playbook.base import attempt, inapplicable, page_text, ranked
 from playbook.cst.entry import entry_beside
 
 
@@ -32,12 +36,16 @@ def add_playbook(sub) -> None:
                          "what the spec beside the target calls, else run or the autograd forwards")
     sp.add_argument("--backend", help="apply, plan: the run's target backend (ptx, tileir, interpreter, cutile)")
     sp.add_argument("--arch", help="apply, plan: the run's GPU architecture, e.g. sm_100")
+    sp.add_argument("--roofline-fraction", type=float, metavar="F",
+                    help="plan: the kernel's measured fraction of its roofline (e.g. 0.6 of clone bandwidth), to order "
+                         "the candidates by expected gain as a run does; default: the best version of this target's "
+                         "run in progress, if one is measured, else the playbook's static order")
     common(sp, run_opt=False)
 
 
 def cmd_playbook(args, settings) -> int:
     if args.action == "plan":
-        return _plan(args)
+        return _plan(args, settings)
     if args.action == "list":
         rows = [{"id": r.id, "languages": ",".join(r.languages), "title": r.title} for r in playbook.recipes()]
         emit(args, {"recipes": rows}, markdown_table(rows))
@@ -92,7 +100,7 @@ def one_line(reason: str | None, fallback: str) -> str:
     return text or fallback
 
 
-def _plan(args) -> int:
+def _plan(args, settings) -> int:
     """Every recipe of the target's language: the ones that apply (their candidates) and, for each
     other one, why not, in one line."""
     target = args.recipe
@@ -115,16 +123,40 @@ def _plan(args) -> int:
         else:
             not_applicable.append({"id": recipe.id, "reason": one_line(
                 why, f"does not recognise its pattern in {target}")})
+    where = _measured_roofline(args, target, settings)
+    an = levers.with_levers(an, where, args.backend or "", args.arch)
+    order = levers.order_payload(ranked(src, an, (), ()), an, where)
     payload = {"target": target, "language": an.language, "kernel_class": an.kernel_class, "entry": list(an.entry),
                "forward_kernels": sorted(an.forward) if an.forward is not None else None,
-               "applicable": applicable, "not_applicable": not_applicable}
+               "applicable": applicable, "not_applicable": not_applicable, "plan": order}
     lines = [f"{target}: {an.language} {an.kernel_class}; forward path of {an.entry_text()}: "
              + (", ".join(sorted(an.forward)) if an.forward is not None else "every kernel"), "", "applicable:"]
     lines += [f"  {a['id']}: {a['candidates']} candidate(s), first: {a['optimization']}"
               for a in applicable] or ["  none"]
     lines += ["", "not applicable:"] + [f"  {n['id']}: {n['reason']}" for n in not_applicable]
+    lines += ["", *levers.order_text(order)]
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def _measured_roofline(args, target: str, settings) -> levers.Roofline | None:
+    """--roofline-fraction, else the measured best version of this target's run in progress, if any."""
+    if args.roofline_fraction is not None:
+        if not 0 < args.roofline_fraction <= 1.5:
+            raise UserError(f"--roofline-fraction must be in (0, 1.5], got {args.roofline_fraction}",
+                            hint="the kernel's fraction of its roofline, e.g. 0.6 for 60% of clone bandwidth")
+        f = args.roofline_fraction
+        return levers.Roofline(min(f, 1.0), f"{f:.2f} of the roofline (--roofline-fraction)")
+    try:
+        root = gitops.find_root(Path.cwd())
+        rel = str(Path(target).resolve().relative_to(root))
+        live = in_progress(root, rel)
+        if live is None:
+            return None
+        run = open_run(live.run_id, settings)
+        return levers.roofline(levers.best_record(run), run.state.target_backend)
+    except (UserError, ValueError, OSError):
+        return None  # not in a repository, or no run of it: the static order
 
 
 PARSERS = {"playbook": add_playbook}

@@ -18,6 +18,7 @@ from loop.records import gitops
 from loop.run import state as st
 from loop.run.core import Log, now, stderr_log
 from loop.run.experiment import Experiment
+from loop.run.levers import order_text, run_order
 from loop.target.check import check, line_of
 from loop.target.contract import load_harness_target, load_kernel
 from playbook import get as get_recipe
@@ -167,6 +168,9 @@ def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Expe
         if state.mode == "run":
             exp.start_host()  # ready by the first experiment (`run_loop` ends it)
         exp.baseline()
+        if state.mode == "run" and not state.harness:
+            for line in order_text(run_order(exp)):  # the order the first experiments come in, and why
+                log(line)
     except BaseException:
         exp.close_host()
         # leave nothing half-made: back to the user's branch, drop the run branch and state, keep the logs

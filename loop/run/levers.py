@@ -1,0 +1,111 @@
+"""Big levers first: what the playbook's order reads from a run before it proposes anything.
+
+The best version's distance to its roofline (its fraction of the same-run clone bandwidth at the
+largest benchmark shape, measured by the judge beside it) and the experience of the run's timing
+lane make the `Analysis` that `playbook.ranked` orders candidates by (`playbook/analysis.py`: levers
+by the share of the gap they are expected to close, hints by a few percent). Nothing here measures:
+it reads the records the run already has.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from loop.records import experience, gitops
+from loop.records.results import Record
+from playbook.analysis import Analysis, Learned, analyze
+from playbook.base import ranked
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Where a measured version stands: its fraction of the roofline, and at which shape and against what."""
+
+    fraction: float
+    basis: str  # e.g. "0.61 of the same-run clone bandwidth (2912 GB/s) at [16384, 16384] bfloat16"
+
+    def to_json(self) -> dict:
+        return {"fraction": round(self.fraction, 4), "basis": self.basis}
+
+
+def roofline(record: Record | None, backend: str) -> Roofline | None:
+    """The record's fraction of the same-run clone bandwidth at its largest benchmark shape (by bytes
+    moved), None where it has none: a CPU run (no clone), an external harness, a failed measurement."""
+    if record is None or backend not in record.backends:
+        return None
+    result = record.backends[backend]
+    label = "baseline" if record.iteration == 0 else "candidate"
+    shapes = [s for s in result.shapes if isinstance(s.get(label), dict) and s[label].get("frac_clone_bw")]
+    if not shapes:
+        return None
+    largest = max(shapes, key=lambda s: (s.get("bytes") or 0, shapes.index(s)))
+    frac = float(largest[label]["frac_clone_bw"])
+    if not math.isfinite(frac) or frac <= 0:
+        return None
+    clone = largest.get("clone_gbps")
+    basis = (f"{frac:.2f} of the same-run clone bandwidth" + (f" ({clone:.0f} GB/s)" if clone else "")
+             + f" at {largest['shape']} {largest.get('dtype', '')}".rstrip())
+    if frac > 1.0:
+        basis += " (above 1: the clone under-measured the copy rate; read as at the roofline)"
+    return Roofline(min(frac, 1.0), basis)
+
+
+def learned(kernel_class: str, backend: str, arch: str | None) -> tuple[Learned, ...]:
+    """The lane's experience per change kind (`tileloop experience recommend`'s rows)."""
+    rows = experience.recommend(experience.load(), kernel_class, backend, arch).rows
+    out = []
+    for row in rows:
+        gm = row.get("geomean_speedup_kept")
+        out.append(Learned(row["kind"], int(row["tries"]), int(row["kept"]),
+                           row["kept"] * math.log(gm) if gm else 0.0))
+    return tuple(out)
+
+
+def with_levers(analysis: Analysis, where: Roofline | None, backend: str, arch: str | None) -> Analysis:
+    """`analysis` with the measured headroom and the lane's experience, where the headroom is measured."""
+    if where is None:
+        return analysis
+    return replace(analysis, headroom=where.fraction, learned=learned(analysis.kernel_class, backend, arch))
+
+
+def order_payload(pool, analysis: Analysis, where: Roofline | None, limit: int = 8) -> dict:
+    """The order `next_candidate` will offer (its first `limit` candidates) and why: for `init`'s
+    output and `playbook plan --json`."""
+    if where is None:
+        why = (f"static order of the playbook for a {analysis.language} {analysis.kernel_class} kernel: no measured "
+               "distance to the roofline (a CPU run, a dot kernel, or no run yet)")
+    else:
+        why = (f"by expected gain: the best version is at {where.basis}; levers (tile or block size, programs, warps, "
+               "occupancy) are expected to close a share of that gap, hints a few percent")
+    order = [{"rank": i + 1, "recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
+              "lever": analysis.is_lever(c.kind), "reason": analysis.order_reason(c.kind)}
+             for i, c in enumerate(pool[:limit])]
+    return {"roofline": where.to_json() if where else None, "why": why, "order": order}
+
+
+def order_text(payload: dict) -> list[str]:
+    lines = [f"order: {payload['why']}"]
+    lines += [f"  {o['rank']}. {o['optimization']} [{o['recipe']}]: {o['reason']}" for o in payload["order"]]
+    return lines
+
+
+def best_record(run) -> Record | None:
+    """The record that measured the run's best version (its keep, or the baseline)."""
+    return next((r for r in reversed(run.records()) if r.commit == run.state.best_commit and r.status == "keep"), None)
+
+
+def analysis_of(run, src: str) -> tuple[Analysis, Roofline | None]:
+    """The playbook's analysis of `src` in `run` (a RunCore): entry point, backend and architecture of
+    the run, and the best version's measured distance to its roofline with the lane's experience."""
+    arch = None if run.arch == "cpu" else run.arch
+    an = analyze(src, backend=run.state.target_backend, arch=arch, entry=run.entry())
+    where = None if run.state.harness else roofline(best_record(run), run.state.target_backend)
+    return with_levers(an, where, run.state.target_backend, arch), where
+
+
+def run_order(run, limit: int = 8) -> dict:
+    """The order the run's next candidates come in, and why (`init`, `status`)."""
+    src = gitops.show_file(run.root, run.state.best_commit, run.state.target)
+    an, where = analysis_of(run, src)
+    return order_payload(ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes), an, where, limit)

@@ -1,0 +1,114 @@
+"""Big levers first: where the best version's distance to its roofline is measured, the playbook
+offers the variable that bounds a kernel far from it (tile or block size, warps, occupancy) before
+hints worth a few percent; without a measurement the static order stands unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+
+from loop.records.results import BackendResult, Record
+from loop.run import levers
+from playbook.analysis import HINT_GAIN, LEVER_SHARE, Learned, analyze
+from playbook.base import ranked
+
+# A user's cuTile element-wise kernel written with small 1-D tiles and no tuning of its own.
+SMALL_TILES = '''
+import cuda.tile as ct
+import torch
+
+TILE = 256
+
+
+@ct.kernel
+def scale_kernel(x, out, TILE: ct.Constant[int]):
+    bid = ct.bid(0)
+    a = ct.load(x, index=(bid,), shape=(TILE,))
+    ct.store(out, index=(bid,), tile=a * 2.0)
+
+
+def run(x, out):
+    n = out.numel()
+    ct.launch(torch.cuda.current_stream(), (ct.cdiv(n, TILE), 1, 1), scale_kernel, (x, out, TILE))
+    return out
+'''
+
+
+def _first(src: str, headroom: float | None, skip=("cutile-autotune",), learned=()):
+    an = dataclasses.replace(analyze(src), headroom=headroom, learned=learned)
+    return ranked(src, an, (), (), skip)
+
+
+def test_far_from_the_roofline_the_tile_size_comes_before_hints():
+    static = _first(SMALL_TILES, None)
+    measured = _first(SMALL_TILES, 0.6)
+    assert static[0].kind == "store-tma"  # the static table: the store path first (the order that stopped a run at 1.01x)
+    assert measured[0].kind == "block" and measured[0].title.startswith("TILE 256 ->")
+    hints = [i for i, c in enumerate(measured) if c.kind in ("store-tma", "latency")]
+    levers_at = [i for i, c in enumerate(measured) if c.kind in ("block", "occupancy")]
+    assert max(levers_at) < min(hints)
+
+
+def test_without_a_measured_headroom_the_static_order_is_unchanged():
+    src = open("kernels/softmax/softmax_triton.py").read()
+    an = analyze(src)
+    order = an.priority()
+    got = ranked(src, an, (), ())
+    static = sorted(got, key=lambda c: (c.tier, order.index(c.kind) if c.kind in order else len(order)))
+    assert [c.key for c in got] == [c.key for c in static]
+
+
+def test_at_the_roofline_a_hint_can_come_before_a_small_lever():
+    an = dataclasses.replace(analyze(SMALL_TILES), headroom=0.995)
+    assert an.expected_gain("store-tma") == math.log1p(HINT_GAIN)
+    assert an.expected_gain("occupancy") < an.expected_gain("store-tma")
+    far = dataclasses.replace(an, headroom=0.5)
+    assert far.expected_gain("occupancy") > far.expected_gain("store-tma")
+    assert far.expected_gain("block") == LEVER_SHARE["block"] * math.log(2)
+
+
+def test_experience_of_the_lane_moves_a_kind():
+    never_kept = (Learned("block", tries=8, kept=0, log_gain_kept=0.0),)
+    first = _first(SMALL_TILES, 0.6, learned=never_kept)[0]
+    assert first.kind != "block"  # eight tries, none kept: below the occupancy lever now
+    an = dataclasses.replace(analyze(SMALL_TILES), headroom=0.6, learned=never_kept)
+    assert "0 of 8 kept" in an.order_reason("block")
+
+
+def _record(fracs: dict[tuple, float], iteration: int = 0) -> Record:
+    label = "baseline" if iteration == 0 else "candidate"
+    shapes = [{"shape": list(s), "dtype": "bfloat16", "bytes": s[0] * s[1] * 4, "clone_gbps": 2900.0,
+               label: {"median_ms": 1.0, "frac_clone_bw": f}} for s, f in fracs.items()]
+    res = BackendResult("cutile", True, "ok", "", 1.0, None, "PASS", "gpu", None, shapes)
+    return Record(run="r", iteration=iteration, optimization="baseline", status="keep", correctness="PASS", latency_ms=1.0,
+                  target_backend="cutile", backends={"cutile": res}, commit="c", parent="p", hypothesis="", env={},
+                  source_hash="h", started="", finished="", wall_s=0.0)
+
+
+def test_the_roofline_is_read_at_the_largest_shape():
+    where = levers.roofline(_record({(1024, 1024): 0.9, (16384, 16384): 0.61, (4096, 4096): 0.8}), "cutile")
+    assert where.fraction == 0.61 and "[16384, 16384]" in where.basis and "2900 GB/s" in where.basis
+    over = levers.roofline(_record({(16384, 16384): 1.13}, iteration=3), "cutile")
+    assert over.fraction == 1.0 and "above 1" in over.basis
+    assert levers.roofline(_record({(8, 8): 0.5}), "ptx") is None  # another backend's record: nothing measured
+    cpu = _record({(8, 8): 0.5})
+    cpu.backends["cutile"].shapes[0]["baseline"].pop("frac_clone_bw")
+    assert levers.roofline(cpu, "cutile") is None
+
+
+def test_playbook_plan_prints_the_order_and_its_reason(tmp_path):
+    target = tmp_path / "scale_cutile.py"
+    target.write_text(SMALL_TILES)
+    out = subprocess.run([sys.executable, "-m", "loop", "playbook", "plan", str(target), "--roofline-fraction", "0.6",
+                          "--json"], capture_output=True, text=True, cwd=tmp_path, check=True)
+    plan = json.loads(out.stdout)["plan"]
+    assert plan["roofline"]["fraction"] == 0.6 and plan["why"].startswith("by expected gain")
+    kinds = [o["kind"] for o in plan["order"]]
+    assert kinds.index("block") < kinds.index("store-tma")
+    assert plan["order"][0]["lever"] is True and "expected" in plan["order"][0]["reason"]
+    static = subprocess.run([sys.executable, "-m", "loop", "playbook", "plan", str(target), "--json"],
+                            capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert json.loads(static.stdout)["plan"]["roofline"] is None
