@@ -21,10 +21,11 @@ from loop.common.files import atomic_write_text
 from loop.records import experience, gitops
 from loop.records.results import Record
 from loop.run.iteration import Iteration
+from loop.run.levers import analysis_of
 from loop.target.contract import source_hash
 from loop.target.coverage import unexercised
 from playbook import Candidate
-from playbook.analysis import Analysis, analyze
+from playbook.analysis import Analysis
 from playbook.base import attempt, inapplicable, ranked
 
 
@@ -53,8 +54,7 @@ class Screen:
 class Suggesting(Iteration):
     def _best(self) -> tuple[str, Analysis]:
         src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
-        return src, analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch,
-                             entry=self.entry())
+        return src, analysis_of(self, src)[0]  # with the best version's distance to its roofline: big levers first
 
     def incumbent_coverage(self) -> tuple[list[str] | None, list[str] | None]:
         """(kernels launched, host functions called) by the checks of the best version's last

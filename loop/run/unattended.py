@@ -8,8 +8,8 @@ from pathlib import Path
 from loop import decide
 from loop.common.files import atomic_write_text
 from loop.run.iteration import Iteration
+from loop.run.levers import analysis_of
 from playbook import Candidate, next_candidate
-from playbook.analysis import analyze
 from playbook.base import why_nothing
 
 
@@ -33,8 +33,7 @@ class Unattended(Iteration):
                 stop = decide.stopping("escalate", f"GPU health check failed: {bad}", self.timing_mode)
                 break
             src = (self.root / self.state.target).read_text()
-            an = analyze(src, backend=self.state.target_backend, arch=None if self.arch == "cpu" else self.arch,
-                         entry=self.entry())
+            an, _ = analysis_of(self, src)  # with the best version's distance to its roofline: big levers first
             cand = self._injected(self.state.last_iteration + 1) or next_candidate(src, an, self.state.tried,
                                                                                     self.state.demoted,
                                                                                     self.state.skip_recipes)
