@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,15 @@ def kernel_repo(tmp_path, clean_env):
 def _private_experience(tmp_path_factory, monkeypatch):
     """Experience entries from tests go to a temporary file, never to the user's home."""
     monkeypatch.setenv("TILELOOP_EXPERIENCE", str(tmp_path_factory.mktemp("experience") / "experience.jsonl"))
+
+
+@pytest.fixture(autouse=True)
+def _private_temporary_folder(tmp_path_factory, monkeypatch):
+    """A test's temporary files (a failure's traceback log outside a run, a child's scratch folders) go
+    to a folder of its own under pytest's, never to the system's temporary folder."""
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    monkeypatch.setenv("TMPDIR", folder)
+    monkeypatch.setattr(tempfile, "tempdir", folder)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ import sys
 from loop import __version__
 from loop.cli import common, lifecycle, playbook, reading, suite, target, tools
 from loop.cli.common import CLI_SCHEMA, write_traceback
+from loop.common import arena
 from loop.common import settings as settings_mod
 from loop.common.errors import UserError
 
@@ -69,20 +70,37 @@ def main(argv: list[str] | None = None) -> int:
                 exc.hint = f"tileloop {command} --help"
             return _fail(as_json, command, exc.message, exc.hint, exc.exit_code)
         command = args.command
+        arena.sweep()  # the shared memory a judge killed mid-measurement left (loop/common/arena.py)
         try:
             settings = settings_mod.load()
-            return COMMANDS[command](args, settings)
+            code = COMMANDS[command](args, settings)
+            sys.stdout.flush()  # a reader that went away is seen here, not at the interpreter's exit
+            return code
         except UserError as exc:
             return _fail(as_json, command, exc.message, exc.hint, exc.exit_code, **exc.details)
         except KeyboardInterrupt:
             return _fail(as_json, command, "interrupted", "tileloop resume finishes or records the iteration in flight", 130)
+        except BrokenPipeError:
+            raise
         except Exception as exc:  # tileloop's own failure, or the spec's in a worker: one line, the traceback in a log
             log = write_traceback(exc, args)
             return _fail(as_json, command, f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                          f"the traceback is in {log}", 1, log=str(log))
     except BrokenPipeError:  # the reader of stdout went away (tileloop ... | head): nothing left to say
-        sys.stdout = open(os.devnull, "w")
-        return 1
+        _drop_stdout()
+        return 141  # as a Unix tool killed by SIGPIPE reports it (128 + 13), without a word
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing more (Python's flush at exit included) writes to the
+    closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): replace the object
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout for the rest of the process
+    finally:
+        os.close(devnull)
 
 
 def _refuse_unknown_options(parser: argparse.ArgumentParser, command: str | None, argv: list[str]) -> None:

@@ -8,6 +8,12 @@ in it (`describe`: offset, dtype, shape, stride). The kernel process opens the a
 (`open_arena`) and views the tensors in place (`view`). Strides are kept, so a non-contiguous input
 reaches the kernel as the spec made it.
 
+On the CPU the file's name lives only until every kernel process has opened it: the judge hands out
+memory only after each kernel process answered its `open` (`Bridge.fit`), so the arena's first use
+removes the name, and the memory lives on in the mappings alone, gone with the last process that maps
+it, however it ends. A name left by a judge killed in between carries its pid (`tileloop-arena-<pid>-`);
+`sweep` removes the names of judges no longer alive (every tileloop command and every new arena run it).
+
 Descriptors are plain JSON. Values that are not tensors (sizes, flags, dtypes, tuples of them)
 travel as JSON too (`encode` / `decode`); anything else is refused (the spec's inputs must be data).
 """
@@ -24,6 +30,44 @@ from pathlib import Path
 from loop.common.errors import SpecError
 
 ALIGN = 256  # bytes; what CUDA allocations give, so every dtype and vectorised access is aligned
+PREFIX = "tileloop-arena-"  # then the pid of the judge that made the file, a dash, the arena's id
+
+
+def default_folder() -> Path:
+    """Where a CPU arena's file is made: shared memory where the system has it, else the temporary folder."""
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep(folder: Path | None = None) -> list[Path]:
+    """Remove the arena files whose judge is no longer alive (killed before its kernel processes had
+    opened them); returns what was removed. The files of live judges, and any file this user cannot
+    remove, stay."""
+    folder = Path(folder or default_folder())
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(PREFIX)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            (folder / name).unlink()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        removed.append(folder / name)
+    return removed
 
 
 def _align(n: int) -> int:
@@ -55,12 +99,14 @@ class Arena:
         if device == "cuda":
             self.block = torch.empty(self.nbytes, dtype=torch.uint8, device="cuda")
         else:
-            where = folder or (Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir()))
-            self.path = Path(where) / f"tileloop-arena-{os.getpid()}-{self.id}"
+            where = Path(folder or default_folder())
+            sweep(where)
+            self.path = where / f"{PREFIX}{os.getpid()}-{self.id}"
             with open(self.path, "wb") as fh:
                 fh.truncate(self.nbytes)
             self.block = torch.from_file(str(self.path), shared=True, size=self.nbytes, dtype=torch.uint8)
         self.used = 0
+        self.unnamed = False
 
     @property
     def handle(self) -> dict:
@@ -74,13 +120,22 @@ class Arena:
         return {"id": self.id, "device": "cuda", "nbytes": self.nbytes, "cuda_ipc": blob}
 
     def reset(self) -> None:
+        self._unname()
         self.used = 0
+
+    def _unname(self) -> None:
+        """Remove the file's name once every kernel process has opened the arena (its first use; see
+        the module's docstring): nothing of it outlives the processes that map it."""
+        if self.path is not None and not self.unnamed:
+            self.path.unlink(missing_ok=True)
+            self.unnamed = True
 
     def fits(self, nbytes: int) -> bool:
         return self.used + _align(nbytes) <= self.nbytes
 
     def empty_strided(self, shape, stride, dtype):
         """A tensor of this arena with the given shape, stride and dtype (contents undefined)."""
+        self._unname()
         probe = self.torch.empty(0, dtype=dtype)
         n = 0 if 0 in shape else (sum((s - 1) * st for s, st in zip(shape, stride)) + 1) * probe.element_size()
         if not self.fits(n):
@@ -109,8 +164,7 @@ class Arena:
 
     def close(self) -> None:
         self.block = None
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
+        self._unname()
 
 
 def open_arena(torch, handle: dict):
