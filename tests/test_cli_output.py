@@ -4,9 +4,14 @@ stdout that ends the command quietly, files written with the user's umask."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
+import pytest
+
 from loop import decide
+from loop.cli import main
 from loop.run.progress import ProgressView, latency_text
 from loop.run.unattended import Unattended
 
@@ -25,3 +30,34 @@ def test_the_stop_line_of_an_unattended_run_rounds_its_best_latency():
                           progress_view=ProgressView("r", 5, log=lines.append, live=False))
     Unattended._run_loop(run, None)
     assert lines[-1] == "stopped: stop: no improvement twice in a row; best 12.7587 ms at 0123456789"
+
+
+class _ClosedPipe:
+    """stdout whose reader went away (`tileloop results | head -1`)."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self):
+        raise OSError("not a file")
+
+
+def test_a_closed_stdout_ends_the_command_quietly(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main(["playbook", "list"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow  # a child tileloop: a few seconds
+def test_a_reader_that_goes_away_is_no_error_of_tileloop(tmp_path):
+    """The console script's whole exit: no `error:` line, no `Exception ignored` at the interpreter's
+    exit, and the exit status of a Unix tool whose reader went away."""
+    child = subprocess.Popen([sys.executable, "-m", "loop", "playbook", "list"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # before tileloop has written a byte: its first write meets a closed pipe
+    err = child.stderr.read().decode()
+    assert child.wait() == 141, err
+    assert err == ""
