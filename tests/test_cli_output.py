@@ -4,6 +4,8 @@ stdout that ends the command quietly, files written with the user's umask."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -12,6 +14,7 @@ import pytest
 
 from loop import decide
 from loop.cli import main
+from loop.common.files import atomic_write_text, umask
 from loop.run.progress import ProgressView, latency_text
 from loop.run.unattended import Unattended
 
@@ -61,3 +64,17 @@ def test_a_reader_that_goes_away_is_no_error_of_tileloop(tmp_path):
     err = child.stderr.read().decode()
     assert child.wait() == 141, err
     assert err == ""
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_atomic_writes_honour_the_umask(tmp_path, mask):
+    """perf_results.md, report.md and state.json are written by atomic_write_text: with the mode any
+    file the user makes gets, not the private mode of a temporary file."""
+    old = os.umask(mask)
+    try:
+        atomic_write_text(tmp_path / "state.json", "{}")
+        atomic_write_text(tmp_path / "state.json", "{}\n")  # a rewrite too
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o666 & ~mask
+    assert umask() == old

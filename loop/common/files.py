@@ -1,4 +1,5 @@
-"""Files written whole or not at all: a temporary file beside the target, fsync, os.replace."""
+"""Files written whole or not at all: a temporary file beside the target, fsync, os.replace; with the
+mode any file the user makes gets (0666 less the umask), not the temporary file's private 0600."""
 
 from __future__ import annotations
 
@@ -10,12 +11,28 @@ from pathlib import Path
 # in a source checkout it also holds the included kernels (kernels/) the demo copies
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
+
+def umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux), else set and
+    restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~umask())
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
