@@ -1,32 +1,52 @@
 """The correctness check, whoever runs the kernel: the spec's fresh inputs (never all zero), its
 reference at fp32 or better on copies of them, output buffers poisoned, every output compared, the
-inputs checked unmodified. `Harness.check_with(call, ...)` takes the call of the kernel as a
-function: the judge passes one that hands the inputs to the kernel process and reads back what it
-wrote; a worker's own checks (tileloop check, profile, decision-check) call the kernel in-process."""
+inputs checked unmodified; a spec whose comparison would accept an all-zero output, or the poisoned
+buffers left as they were, refused (`NothingPasses`). `Harness.check_with(call, ...)` takes the call
+of the kernel as a function: the judge passes one that hands the inputs to the kernel process and
+reads back what it wrote; a worker's own checks (tileloop check, profile, decision-check) call the
+kernel in-process."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 from loop.common.errors import SpecError
-from loop.common.outputs import as_outputs, check_inputs_unchanged, compare_outputs, poison, upcast, zero_pass_fraction
+from loop.common.outputs import Blind, as_outputs, blind_to_nothing, check_inputs_unchanged, compare_outputs, \
+    hidden_fraction, poison, upcast
 from loop.common.spec import Spec
 
 # call(inputs, refs) -> what the kernel produced, as (name, value) pairs (see Harness.outputs_of)
 KernelCall = Callable[[dict, list], list]
 
 
+class NothingPasses(SpecError):
+    """The comparison at a shape and dtype would accept what a kernel that does nothing leaves (an
+    all-zero output, or the poisoned buffers): the spec is no test there. `blind` holds the fix."""
+
+    def __init__(self, blind: Blind, shape, dtype: str, atol: float, rtol: float):
+        self.blind, self.shape, self.dtype = blind, tuple(shape), dtype
+        super().__init__(f"{blind.what} would pass the whole comparison at shape {self.shape} {dtype} (atol={atol:g}, "
+                         f"rtol={rtol:g}, largest |reference| {blind.largest:.3g}): a kernel that does nothing would "
+                         f"be judged correct; fix: {blind.fix}")
+
+
 class Harness:
     """Everything done with the spec for one device: inputs, reference, tolerances, the check."""
 
-    MAX_ZERO_PASS = 0.10
-    # below this many elements a fraction says nothing: one element of seven near zero is 14%
-    # (seen on an H100 with Liger's layer_norm at 1x7 fp16); a spec weak everywhere fails at its other shapes
-    MIN_ZERO_PASS_ELEMENTS = 16
+    # outputs this small can be near zero everywhere by chance (a ReLU's 7 outputs are all zero one
+    # time in 128): such a check compares as usual and is not refused; the larger shapes test the spec
+    MIN_BLIND_ELEMENTS = 64
+    # a tolerance that accepts zeros on more than this share of the nonzero outputs is named (`notes`)
+    HIDDEN_SHARE = 0.5
+    # below this many nonzero elements a share says nothing (one element of seven is 14%)
+    HIDDEN_MIN_ELEMENTS = 16
 
     def __init__(self, torch, spec: Spec, device: str, clock=None):
         self.torch, self.spec, self.device, self.clock = torch, spec, device, clock
         self.outputs = spec.outputs
+        # (shape, dtype, share, atol) where the tolerance hides most nonzero outputs: a warning of
+        # `tileloop check`, never a refusal (zeros still fail the whole comparison there)
+        self.notes: list[tuple[tuple, str, float, float]] = []
 
     def make_inputs(self, shape, dtype: str, seed: int) -> dict:
         inputs = self.spec.make_inputs(shape, dtype, seed, self.device)
@@ -56,15 +76,19 @@ class Harness:
                 poison(self.torch, inputs[name])
 
     def references(self, inputs: dict, shape, dtype: str) -> list:
-        """The reference's outputs for `inputs`; a SpecError when an all-zero output would pass."""
+        """The reference's outputs for `inputs`; `NothingPasses` when the whole comparison would accept
+        an all-zero output or the poisoned buffers (an output that is zero on part of its elements,
+        a ReLU's, is fine: zeros fail on the rest)."""
         refs = as_outputs(self.reference(inputs))
         atol, rtol = self.tolerance(dtype)
+        blind = blind_to_nothing(self.torch, refs, atol, rtol, dtype)
+        elements = sum(r.numel() for _, r in refs if isinstance(r, self.torch.Tensor))
+        if blind is not None and (elements >= self.MIN_BLIND_ELEMENTS or rtol >= 1):
+            raise NothingPasses(blind, shape, dtype, atol, rtol)
         for _, ref in refs:
-            if (isinstance(ref, self.torch.Tensor) and (zp := zero_pass_fraction(self.torch, ref, atol, rtol)) > self.MAX_ZERO_PASS
-                    and zp * ref.numel() >= self.MIN_ZERO_PASS_ELEMENTS):
-                raise SpecError(
-                    f"reference at shape {tuple(shape)} {dtype} is near zero relative to atol={atol}: an all-zero "
-                    f"output would pass on {zp:.0%} of elements; lower atol in TOLERANCES or scale the inputs")
+            share, count = hidden_fraction(self.torch, ref, atol, rtol)
+            if share > self.HIDDEN_SHARE and share * count >= self.HIDDEN_MIN_ELEMENTS:
+                self.notes.append((tuple(shape), dtype, share, atol))
         return refs
 
     def check_with(self, call: KernelCall, label: str, shape, dtype: str, seed: int) -> dict:

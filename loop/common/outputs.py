@@ -1,9 +1,11 @@
 """Outputs against the reference, element by element: the comparison that decides correctness, the
-upcast of inputs for the reference (fp32 or better), NaN poisoning of output buffers, and the
-all-zero test of a reference. Pure torch; the judge uses it on outputs the kernel process wrote,
+upcast of inputs for the reference (fp32 or better), NaN poisoning of output buffers, and whether
+the comparison could tell a kernel that does nothing from the reference (`blind_to_nothing`). Pure torch; the judge uses it on outputs the kernel process wrote,
 a worker's own checks (tileloop check, profile, decision-check) on outputs it computed itself."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 def upcast(torch, value):
@@ -97,10 +99,73 @@ def compare_outputs(torch, got: list[tuple[str | None, object]], ref: list[tuple
             "numel": sum(r["numel"] for r in results), "nonfinite": 0}
 
 
-def zero_pass_fraction(torch, ref, atol: float, rtol: float) -> float:
-    """Fraction of elements where an all-zero output would be accepted."""
+@dataclass(frozen=True)
+class Blind:
+    """A comparison that would accept what a kernel that does nothing leaves: `what` it would accept,
+    the largest |reference| there, and a fix that makes it fail (`fix_in`: the spec's name to change)."""
+
+    what: str
+    largest: float
+    fix: str
+    fix_in: str
+
+
+def blind_to_nothing(torch, refs: list[tuple[str | None, object]], atol: float, rtol: float,
+                     dtype: str = "") -> Blind | None:
+    """Whether the whole comparison (`compare_outputs`, every output) would accept an all-zero output,
+    or the output buffers left poisoned as they were; None when both fail it, as they must. Elements
+    where zero is within tolerance are fine (a ReLU's negative half): zeros fail on the others."""
+    tensors = [r for _, r in refs if isinstance(r, torch.Tensor) and r.numel()]
+    if not tensors:
+        return None
+    largest = max(float(r.detach().abs().max()) if r.dtype != torch.bool else float(bool(r.any())) for r in tensors)
+    zeros = [(n, torch.zeros_like(r) if isinstance(r, torch.Tensor) else r) for n, r in refs]
+    if compare_outputs(torch, zeros, refs, atol, rtol)["ok"]:
+        return Blind("an all-zero output", largest, *_fix(largest, atol, rtol, dtype))
+    if all(r.is_floating_point() for r in tensors):
+        return None  # poisoned with NaN, which `compare` counts as a mismatch wherever it is
+    poisoned = [(n, _poisoned(torch, r) if isinstance(r, torch.Tensor) else r) for n, r in refs]
+    if all(p is not None for _, p in poisoned) and compare_outputs(torch, poisoned, refs, atol, rtol)["ok"]:
+        return Blind("the poisoned output left as it was", largest,
+                     "a reference whose outputs are not the poison value everywhere (inputs that give other outputs)",
+                     "make_inputs")
+    return None
+
+
+def _poisoned(torch, ref):
+    """What `poison` leaves in a buffer of the reference's dtype (None for a dtype it cannot poison)."""
+    if ref.dtype == torch.bool or ref.is_complex():
+        return None
+    out = ref.detach().clone()
+    poison(torch, out)
+    return out
+
+
+def _fix(largest: float, atol: float, rtol: float, dtype: str) -> tuple[str, str]:
+    """(fix, the spec's name it changes) that makes an all-zero output fail: zeros fail at an element
+    when |ref| > atol + rtol * |ref|, that is when atol < |ref| * (1 - rtol)."""
+    of = f" of {dtype}" if dtype else ""
+    if largest == 0:
+        return ("the reference is zero everywhere here: make_inputs must give inputs whose outputs are not all zero "
+                "at every correctness shape (a shape of a few elements can be all zero by chance: give it more)",
+                "make_inputs")
+    if rtol >= 1:
+        return f"rtol{of} in TOLERANCES must be below 1 (zero is within rtol=1 of any value)", "TOLERANCES"
+    return (f"an atol{of} in TOLERANCES below {largest * (1 - rtol):.2g} (the largest |reference| here is "
+            f"{largest:.3g}), or inputs scaled so that the outputs are larger than atol={atol:g}", "TOLERANCES")
+
+
+def hidden_fraction(torch, ref, atol: float, rtol: float) -> tuple[float, int]:
+    """Among the elements whose reference is not zero, the fraction where an all-zero output would be
+    accepted, and how many such elements there are: a tolerance as large as most of the outputs
+    hides a kernel wrong there. Elements whose reference is exactly zero say nothing of it."""
+    if not isinstance(ref, torch.Tensor) or ref.dtype == torch.bool or not ref.is_floating_point():
+        return 0.0, 0
     r = ref.detach().to(torch.float64).abs()
-    return float((r <= atol + rtol * r).double().mean())
+    nonzero = r[r != 0]
+    if not nonzero.numel():
+        return 0.0, 0
+    return float((nonzero <= atol + rtol * nonzero).double().mean()), int(nonzero.numel())
 
 
 def check_inputs_unchanged(torch, inputs: dict, snapshot: dict) -> str | None:

@@ -110,7 +110,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool
                                        str(kernel.target), tail[-1][:300] if tail else ""))
         return False
     out["problems"] += grouped(raw["problems"])
-    out["warnings"] += raw.get("warnings", [])
+    out["warnings"] += grouped(raw.get("warnings", []))
     out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
     unreached = [k for k in out["kernels"] if k not in out["launched"]]
     if unreached and job["run_kernels"] and not raw["problems"]:
