@@ -173,7 +173,8 @@ class _Captures:
         return {"ok": True, "captured": True, **({"note": self.note} if self.note else {})}
 
     def request(self, message: dict, label: str) -> dict:
-        return {"ok": True}
+        self.send(message, label)
+        return self.answer(message, label) if message.get("op") == "capture" else {"ok": True}
 
 
 class _Audits:

@@ -118,3 +118,123 @@ def _command_line(pid: int) -> str:
                                   timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired):
             return ""
+
+
+# -- confinement of kernel processes (Linux; elsewhere each part is reported as not in force) --------
+
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 24, 36, 38
+CAP_KILL, CAP_SYS_PTRACE = 5, 19
+LAST_CAP = 40  # CAP_CHECKPOINT_RESTORE; dropping a capability the kernel does not know fails harmlessly
+
+
+def _prctl(option: int, arg: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_dumpable(on: bool) -> bool:
+    """Not dumpable: no process of the same user attaches to this one, reads or writes its memory
+    (/proc/<pid>/mem, process_vm_*) unless it holds CAP_SYS_PTRACE."""
+    return _prctl(PR_SET_DUMPABLE, int(on))
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants (a double-forked daemon) are re-parented to this process, not to init:
+    they stay findable (`Tree`)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def confine_child() -> None:
+    """Popen(preexec_fn=...) of a kernel process, before exec: its own session, SIGKILL when its
+    parent dies, no new privileges from any exec (setuid binaries, file capabilities), and every
+    capability it could attach to or signal another user's process with dropped from its bounding
+    set (root keeps its uid, but no CAP_SYS_PTRACE: a process that is not dumpable is out of its reach)."""
+    os.setsid()
+    die_with_parent()
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    for cap in range(LAST_CAP + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+
+
+def status_of(pid: int) -> dict[str, str]:
+    """/proc/<pid>/status as a dict ({} when it is gone or not Linux)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def _stat(pid: int) -> tuple[int, int, int, float, int] | None:
+    """(ppid, pgid, session, CPU seconds of the process and its reaped children, start time in clock
+    ticks since boot) of `pid`, or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return int(fields[1]), int(fields[2]), int(fields[3]), ticks / os.sysconf("SC_CLK_TCK"), int(fields[19])
+
+
+class Tree:
+    """A kernel process and every process it started, found in /proc: members stay in its process
+    group (so the judge stops, resumes and kills them with one signal); a descendant that left the
+    group (its own session or group) or was orphaned to the judge (a subreaper) is a stray. `scan`
+    reads only the pids that appeared since the last scan, so it is cheap between requests."""
+
+    def __init__(self, pid: int, judge: int | None = None):
+        self.pid, self.judge = pid, judge or os.getpid()
+        self.members: set[int] = {pid}
+        self.seen: set[int] = set()
+        self.born = (_stat(pid) or (0, 0, 0, 0.0, 0))[4]  # an older child of the judge is none of this tree's
+
+    def scan(self, others: set[int] = frozenset()) -> list[int]:
+        """New members and strays since the last scan; returns the strays. `others`: the judge's
+        other children (other kernel processes), never strays of this tree."""
+        try:
+            now = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+        except OSError:
+            return []
+        new = now - self.seen
+        self.seen = now
+        self.members &= now
+        stats = {p: s for p in new if (s := _stat(p)) is not None}
+        strays, grew = [], True
+        while grew:  # a child's parent may be new too
+            grew = False
+            for p, (ppid, pgid, _, _, born) in list(stats.items()):
+                if p in self.members or p in strays:
+                    continue
+                orphan = ppid == self.judge and p != self.pid and p not in others and born >= self.born
+                if ppid in self.members or ppid in strays or orphan:
+                    if pgid == self.pid and not orphan:
+                        self.members.add(p)
+                    else:
+                        strays.append(p)
+                    grew = True
+        return strays
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the members (and the children they reaped)."""
+        return sum(s[3] for p in self.members if (s := _stat(p)) is not None)
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_all(pids: list[int]) -> None:
+    """Stop, then kill, every pid (stopped first, so that none forks a successor in between)."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass

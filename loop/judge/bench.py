@@ -27,7 +27,6 @@ class Bench:
                  pair: tuple[str, str] | None):
         self.torch, self.harness, self.bridge, self.kernels, self.job = torch, harness, bridge, kernels, job
         self.labels, self.pair = list(kernels), pair
-        self.charged = job["check"][0] if job.get("check") else self.labels[-1]  # who a failure of the shared memory is charged to
 
     def ask(self, label: str, message: dict) -> dict:
         return self.kernels[label].request(message, label)
@@ -43,7 +42,6 @@ class Bench:
         most = timing.most_sets(in_bytes, nsets, device)  # a CUDA graph may use more: one set per call
         refs = as_outputs(harness.reference(first))
         slot_bytes = sum(r.numel() * 8 + 512 for _, r in refs if isinstance(r, torch.Tensor)) + 512 * (len(refs) + 1)
-        self.bridge.label = self.charged
         self.bridge.fit(most * (shared.tensor_bytes(first) + 256 * (len(first) + 1)) + slot_bytes)
         live, encoded = [], []
         budget = audit.set_budget(device, len(self.labels))  # sets beyond nsets: as many as the audits can refresh
@@ -78,7 +76,8 @@ class Bench:
                  "notes": notes + more, "impls": impls, "recheck": recheck, "corroboration": corroboration,
                  "flops": flops, "bytes": nbytes}
         if device == "cuda" and self.job.get("clone_bandwidth", True):
-            entry["clone"] = timing.clone_bandwidth(torch, self.harness.clock, nbytes, plan)  # in the judge's own process
+            # in the judge's own process, by the shape's method (the clone's own method is in the result)
+            entry["clone"] = timing.clone_bandwidth(torch, self.harness.clock, nbytes, plan, method)
             timing.add_clone_fractions(entry)
             checked = {lab: impls[lab].get("gbps") for lab in self.job.get("check") or () if lab in impls}
             why = corroborate.beyond_copy(checked, (entry["clone"] or {}).get("gbps")) if corroboration["ok"] else None

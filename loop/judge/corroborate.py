@@ -47,21 +47,22 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
     (ms, all their work); `walls`: label -> each request's wall time on the judge's clock;
     `empties`: label -> the wall times of its empty requests (their median is the overhead, the
     spread of their middle 80% the jitter a round trip adds or takes away); `pair`: (incumbent,
-    candidate) when a speedup is claimed. Returns {ok, reason, method, labels: {claimed_ms, wall_ms, overhead_ms, jitter_ms}}."""
+    candidate) when a speedup is claimed. Returns {ok, reason, method, labels: {claimed_ms, wall_ms, overhead_ms, jitter_ms}},
+    and when refused the `label` refused (the candidate for a speedup its wall clock does not bear out)."""
     per_label, ratio = TOLERANCES[method]
     detail: dict = {"method": method, "labels": {}}
     net, jitter = {}, {}
     overhead = {label: statistics.median(e) for label, e in empties.items()}
     for label, claims in claimed.items():
         if why := _over(claims, walls[label]):
-            return {**detail, "ok": False, "reason": f"{label}: {why}"}
+            return {**detail, "ok": False, "label": label, "reason": f"{label}: {why}"}
         claim = statistics.median(claims)
         net[label] = max(statistics.median(walls[label]) - overhead[label], 1e-9)
         jitter[label] = _jitter(empties[label], method)
         detail["labels"][label] = {"claimed_ms": round(claim, 5), "wall_ms": round(net[label] + overhead[label], 5),
                                    "overhead_ms": round(overhead[label], 5), "jitter_ms": round(jitter[label], 5)}
         if claim < (net[label] - jitter[label]) * (1 - per_label):
-            return {**detail, "ok": False, "reason": f"{label}: claimed {claim:.4f} ms per request, but its requests took "
+            return {**detail, "ok": False, "label": label, "reason": f"{label}: claimed {claim:.4f} ms per request, but its requests took "
                     f"{net[label]:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}
     if pair is not None:
         inc, cand = pair
@@ -70,7 +71,7 @@ def judge_timing(method: str, claimed: dict[str, list[float]], walls: dict[str, 
         most = (net[inc] + jitter[inc]) / max(net[cand] - jitter[cand], 1e-9)  # the most the wall clock allows
         detail.update(claimed_speedup=round(claimed_speedup, 4), wall_speedup=round(wall_speedup, 4))
         if claimed_speedup > most * (1 + ratio):
-            return {**detail, "ok": False, "reason": f"claimed speedup {claimed_speedup:.3f}x, but the same samples on "
+            return {**detail, "ok": False, "label": cand, "reason": f"claimed speedup {claimed_speedup:.3f}x, but the same samples on "
                     f"the judge's clock show {wall_speedup:.3f}x (band {ratio:.0%})"}
     return {**detail, "ok": True, "reason": ""}
 
@@ -118,12 +119,12 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
             audits=len(rows), audited_ms=round(audited, 5), timed_over_audited=round(timed / max(audited, 1e-12), 4),
             audited_claim_ms=round(statistics.median(claims), 5), audited_wall_ms=round(statistics.median(walls), 5))
         if why := _over(claims, walls):
-            return {**verdict, "ok": False, "reason": f"{label}: audited: {why}"}
+            return {**verdict, "ok": False, "label": label, "reason": f"{label}: audited: {why}"}
         if statistics.median(claims) < (net - jitter) * (1 - per_label):
-            return {**verdict, "ok": False, "reason": f"{label}: audited requests claimed {statistics.median(claims):.4f} ms, "
+            return {**verdict, "ok": False, "label": label, "reason": f"{label}: audited requests claimed {statistics.median(claims):.4f} ms, "
                     f"but took {net:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}
         if timed < audited * (1 - AUDIT_BAND[method]):
-            return {**verdict, "ok": False, "reason": f"{label}: timed at {timed:.5f} ms per call, but {audited:.5f} ms "
+            return {**verdict, "ok": False, "label": label, "reason": f"{label}: timed at {timed:.5f} ms per call, but {audited:.5f} ms "
                     f"when the timed work was audited (band {AUDIT_BAND[method]:.0%}): the samples no one checked "
                     "did less work"}
     return verdict

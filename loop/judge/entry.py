@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.job is None) == (args.job_fd is None):
         ap.error("give one of --job and --job-fd")
     watch_parent()  # the judge never outlives the tileloop that started it (nor its kernel process the judge)
+    from loop.judge.fork import guard_judge
+
+    guard_judge()  # not dumpable and a subreaper before any kernel process starts
     started = time.time()
     from loop.judge.kernel_process import Pool
     from loop.judge.run import Phases, judge_job, warm
@@ -39,10 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir, name = args.result.parent, args.result.name.removesuffix(".result.json")
     phases, pool = Phases(started), None
     if args.job_fd is not None:  # everything that needs no job, done while the orchestrator commits and compiles
-        import torch  # noqa: F401 - first, so that the kernel processes are forked with it (`loop.judge.fork`)
-
-        phases.mark("torch")
-        pool = Pool(workdir, name, args.kernels, args.device)
+        pool = Pool(workdir, name, args.kernels, args.device)  # new interpreters: they import torch beside the judge
+        phases.mark("kernels_started")
         warm(args.device)
         phases.mark("warm")
         with os.fdopen(args.job_fd, "rb") as pipe:

@@ -1,108 +1,76 @@
-"""Kernel processes forked from the judge. Importing torch takes seconds; a judge and two kernel
-processes importing it side by side take longer still. So once the judge has imported torch, and
-before it makes its CUDA context (a CUDA process must not fork), it forks its kernel processes: each
-child starts with torch already imported and becomes `python -m loop.worker --serve R,W` on the
-spot. What it inherits is the judge before any job data, spec or kernel code: in the child every
-file descriptor but its two pipes and its log is closed first (the judge's result pipe among them),
-it starts its own session, dies with the judge, and never returns into the judge's code.
+"""How the judge starts a kernel process, and the boundary around it.
 
-Where the judge cannot fork (not Linux, torch not imported yet, or its CUDA context already made),
-the kernel process is started as a new interpreter instead (`loop.judge.kernel_process`)."""
+A kernel process is a freshly executed interpreter (`python -m loop.worker --serve R,W`), never a
+fork of the judge: a fork would start with the judge's memory, its addresses and its imports, and
+code that knows where the judge keeps its thresholds can rewrite them. Before exec the child is
+confined (`loop.common.processes.confine_child`): its own session, SIGKILL when the judge dies, no
+new privileges from any exec, every capability dropped from its bounding set (a root kernel
+process keeps its uid, not CAP_SYS_PTRACE), only its two pipes and its log inherited.
+
+The judge guards itself first (`guard_judge`): not dumpable (a process of the same user without
+CAP_SYS_PTRACE cannot attach to it, read or write its memory through /proc/<pid>/mem or
+process_vm_*), and a subreaper (a kernel process's orphaned descendants come back to it, where
+`loop.common.processes.Tree` finds them). Between its requests each kernel process's whole tree is
+stopped (SIGSTOP, `kernel_process.KernelProcess`), so that neither implementation runs while the
+other is timed; a descendant that left its process group or its parent is a stray: killed, and its
+implementation refused.
+
+`isolation` says what was in force, for the judge's result and every record: {"uid": "same",
+"ptrace": "blocked" | "open", "descendants": "reaped" | "open", "exec": "fresh", "stopped":
+"between requests"}. "uid" is "same": the kernel process runs as the judge's user, so it can still
+send the judge a signal (a measurement it kills or stops leaves no result, never a verdict); a
+separate uid would also need the judge's arena files, the run's Triton cache and CUDA IPC shared
+with it (not done: docs/architecture.md)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
-import time
-import traceback
-import warnings
 from pathlib import Path
 
-from loop.common.processes import PARENT_ENV, die_with_parent
+from loop.common.processes import CAP_SYS_PTRACE, PARENT_ENV, become_subreaper, confine_child, set_dumpable, status_of
+
+_GUARD: dict[str, bool] = {}
 
 
-def can_fork() -> bool:
-    """Linux only (elsewhere a process that loaded system frameworks may not fork safely), torch
-    imported, no CUDA context yet."""
-    torch = sys.modules.get("torch")
-    return sys.platform.startswith("linux") and torch is not None and not torch.cuda.is_initialized()
+def guard_judge() -> dict[str, bool]:
+    """This judge not dumpable and a subreaper (once per process); what took effect."""
+    if not _GUARD:
+        _GUARD.update(not_dumpable=set_dumpable(False), subreaper=become_subreaper())
+    return dict(_GUARD)
 
 
-class Forked:
-    """A forked child as the judge handles it (subprocess.Popen's names: pid, poll, wait, returncode)."""
-
-    def __init__(self, pid: int):
-        self.pid, self.returncode = pid, None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.returncode = -9
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"kernel process {self.pid}", timeout)
-            time.sleep(0.005)
-        return self.returncode
+def start_kernel(workdir: Path, log_path: Path, fds: tuple[int, int], warm: str | None,
+                 python: str | None = None) -> subprocess.Popen:
+    """A confined kernel process serving on `fds` (read, write), as a new interpreter."""
+    guard_judge()
+    env = {**os.environ, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [python or sys.executable, "-m", "loop.worker", "--serve", f"{fds[0]},{fds[1]}",
+             *(["--warm", warm] if warm else [])],
+            cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            pass_fds=fds, preexec_fn=confine_child)
 
 
-def fork_kernel(workdir: Path, log_path: Path, fds: tuple[int, int], warm: str | None) -> Forked:
-    """A kernel process serving on `fds` (read, write), forked from this judge."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    judge = os.getpid()
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # here: the judge may rename it at once
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the judge's parent-watch thread sleeps: no lock is held
-        pid = os.fork()
-    if pid:
-        os.close(log)
-        return Forked(pid)
-    _become_kernel(judge, workdir, log, fds, warm)  # never returns
-    raise AssertionError("unreachable")
+def isolation(pids: list[int]) -> dict[str, str]:
+    """The isolation in force for the kernel processes `pids` (read from /proc, not assumed)."""
+    guard = guard_judge()
+    statuses = [status_of(pid) for pid in pids]
+    no_ptrace = all(s and not int(s.get("CapBnd", "f"), 16) >> CAP_SYS_PTRACE & 1
+                    and int(s.get("CapEff", "f"), 16) >> CAP_SYS_PTRACE & 1 == 0 for s in statuses)
+    mine = status_of(os.getpid())
+    root_reach = os.geteuid() == 0 and not no_ptrace
+    same_uid = all(s.get("Uid", "").split()[:1] == mine.get("Uid", "").split()[:1] for s in statuses if s)
+    return {"uid": "same" if same_uid else "separate",
+            "ptrace": "blocked" if guard["not_dumpable"] and not root_reach and no_ptrace else "open",
+            "descendants": "reaped" if guard["subreaper"] else "open",
+            "exec": "fresh",
+            "stopped": "between requests" if sys.platform.startswith("linux") else "no"}
 
 
-def _become_kernel(judge: int, workdir: Path, log: int, fds: tuple[int, int], warm: str | None) -> None:
-    code = 1
-    try:
-        os.setsid()
-        die_with_parent()
-        os.chdir(workdir)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        _close_all_but({0, 1, 2, *fds})
-        os.environ[PARENT_ENV] = str(judge)
-        os.environ["PYTHONUNBUFFERED"] = "1"
-        entry = importlib.import_module("loop.worker.entry")  # from here on this process is a kernel process
-        code = entry.main(["--serve", f"{fds[0]},{fds[1]}", *(["--warm", warm] if warm else [])])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - the child's own failure, to its log; it must not unwind into the judge
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code or 0)
-
-
-def _close_all_but(keep: set[int]) -> None:
-    for fd in sorted(int(fd) for fd in os.listdir("/proc/self/fd")):  # Linux only, as `can_fork` says
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+def full(isolation_: dict[str, str]) -> bool:
+    """Whether `isolation_` is the strongest this judge knows (a separate uid is not required)."""
+    return (isolation_.get("ptrace") == "blocked" and isolation_.get("descendants") == "reaped"
+            and isolation_.get("exec") == "fresh" and isolation_.get("stopped") == "between requests")

@@ -9,8 +9,9 @@ result pipe, job pipe) passed with the request; it answers each with the new jud
 tells the exit status of every judge it reaped. What a judge inherits is this process before any
 measurement: torch and tileloop's judge imported, nothing of any earlier job (each judge is a new
 fork, none is reused). It cannot be attached to by a same-user process (not dumpable), it dies
-with the orchestrator, and its judges die with it. A judge it forked sets itself dumpable again
-(CUDA IPC between the judge and its kernel processes may need it).
+with the orchestrator, and its judges die with it. A judge it forked stays not dumpable (its
+kernel processes are new interpreters that map its CUDA memory by IPC handle, which needs no
+ptrace access: `loop.judge.fork`).
 
 Protocol (AF_UNIX SOCK_SEQPACKET, JSON per message): host -> `{"ready": pid}` once; request
 `{"argv": [...], "env": {...}, "cwd": str, "fds": [n, ...]}` with descriptors [log, *fds] ->
@@ -18,7 +19,6 @@ Protocol (AF_UNIX SOCK_SEQPACKET, JSON per message): host -> `{"ready": pid}` on
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -26,17 +26,9 @@ import socket
 import sys
 import traceback
 
-from loop.common.processes import die_with_parent, kill_process_group, watch_parent
+from loop.common.processes import die_with_parent, kill_process_group, set_dumpable, watch_parent
 
-PR_SET_DUMPABLE = 4
 MAX_MESSAGE = 1 << 20
-
-
-def set_dumpable(on: bool) -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def main(argv: list[str]) -> int:
@@ -121,7 +113,6 @@ def _fork_judge(sock: socket.socket, request: dict, fds: list[int]) -> int:
         sock.close()
         os.setsid()
         die_with_parent()
-        set_dumpable(True)
         log, mapping = fds[0], {str(old): str(new) for old, new in zip(passed, fds[1:])}
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

@@ -1,7 +1,14 @@
-"""The kernel process as the judge sees it: started with a pair of pipes, asked one request at a
-time, its answers read as data. A kernel's failure comes back as `KernelFailure` (typed: compile
-error, runtime error, oom, ...); the process dying or breaking the protocol is typed here from its
-exit and its log, and charged to the implementation the request concerned."""
+"""The kernel process as the judge sees it: started with a pair of pipes (`loop.judge.fork`), asked
+one request at a time, its answers read as data. A kernel's failure comes back as `KernelFailure`
+(typed: compile error, runtime error, oom, ...); the process dying or breaking the protocol is typed
+here from its exit and its log, and charged to the implementation the request concerned.
+
+Between its requests a kernel process's whole tree (its process group) is stopped: a request
+resumes it and stops every other kernel process first, so that no implementation runs while
+another is asked (timed, audited, checked), and none works between the judge's writes and its next
+request. After each answer the judge looks for strays (descendants that left the group, or were
+orphaned to the judge), kills them and refuses the implementation (`uncorroborated`); so does CPU
+time the tree used while it was stopped (which a stopped tree cannot use) beyond IDLE_CPU_S."""
 
 from __future__ import annotations
 
@@ -9,13 +16,15 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from loop.common.channel import Channel, ChannelClosed
-from loop.common.processes import PARENT_ENV, die_with_parent, kill_process_group, record_pid
-from loop.judge.fork import can_fork, fork_kernel
+from loop.common.processes import Tree, kill_all, kill_process_group, record_pid
+from loop.judge.fork import start_kernel
+
+IDLE_CPU_S = 0.05  # CPU seconds a stopped tree may show (a signal is not instant; clock ticks are 10 ms)
+_LIVE: list["KernelProcess"] = []  # this judge's kernel processes, to stop all but the one asked
 
 
 class KernelFailure(Exception):
@@ -42,21 +51,18 @@ class KernelProcess:
         to_kernel_r, to_kernel_w = os.pipe()
         to_judge_r, to_judge_w = os.pipe()
         self.log_path = workdir / f"{name}.kernel.log"
-        env = {**os.environ, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-        if python is None and can_fork():  # torch imported already, shared with the child (`loop.judge.fork`)
-            self.proc = fork_kernel(workdir, self.log_path, (to_kernel_r, to_judge_w), warm)
-        else:
-            with open(self.log_path, "w") as log:
-                self.proc = subprocess.Popen(
-                    [python or sys.executable, "-m", "loop.worker", "--serve", f"{to_kernel_r},{to_judge_w}",
-                     *(["--warm", warm] if warm else [])],
-                    cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    pass_fds=(to_kernel_r, to_judge_w), start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = start_kernel(workdir, self.log_path, (to_kernel_r, to_judge_w), warm, python)
         os.close(to_kernel_r)
         os.close(to_judge_w)
         self.channel = Channel(to_judge_r, to_kernel_w)
         self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
         record_pid(self.pid_file, self.proc.pid)
+        self.tree = Tree(self.proc.pid)
+        self.running = True  # until its first request (it imports torch: no kernel code yet)
+        self.stopped_cpu: float | None = None
+        self.idle_cpu_s = 0.0  # CPU seconds its tree used while stopped
+        self.sent_at = self.answered_at = 0.0  # the judge's clock (perf_counter) around the last request
+        _LIVE.append(self)
 
     def rename(self, name: str) -> None:
         """Name the log and pid files after the implementation this process was given (a process
@@ -73,13 +79,15 @@ class KernelProcess:
         return self.answer(message, label)
 
     def send(self, message: dict, label: str) -> None:
+        self.resume(label)
+        self.sent_at = time.perf_counter()
         try:
             self.channel.send(message)
         except ChannelClosed:
             raise self._death(label, message.get("op")) from None
 
     def answer(self, message: dict, label: str) -> dict:
-        """The answer to `message`, sent before (`send`)."""
+        """The answer to `message`, sent before (`send`); the tree stopped again once it came."""
         try:
             answer = self.channel.receive()
         except ChannelClosed:
@@ -88,9 +96,11 @@ class KernelProcess:
             self.kill()
             raise KernelFailure("runtime_error", label, f"the kernel process broke the protocol during "
                                 f"{message.get('op')}: {exc}"[:500]) from None
-        if "failure" in answer:
+        self.answered_at = time.perf_counter()
+        self.pause(label)
+        if "failure" in answer:  # one implementation per process: its failure is the label asked, whatever it says
             f = answer["failure"]
-            raise KernelFailure(str(f.get("status", "runtime_error")), str(f.get("label") or label),
+            raise KernelFailure(str(f.get("status", "runtime_error")), label,
                                 str(f.get("message", ""))[:2000], str(f.get("detail", ""))[-4000:])
         if "error" in answer:
             e = answer["error"]
@@ -99,6 +109,36 @@ class KernelProcess:
             raise KernelFailure("runtime_error", label, f"the kernel process answered {str(answer)[:200]} to "
                                 f"{message.get('op')}")
         return answer
+
+    def resume(self, label: str) -> None:
+        """Every other kernel process stopped, this one's tree resumed; CPU its tree used while it
+        was stopped (which a stopped tree cannot) beyond IDLE_CPU_S refuses it."""
+        for other in _LIVE:
+            if other is not self and other.running:
+                other.pause(None)
+        if self.stopped_cpu is not None:
+            self.idle_cpu_s += max(self.tree.cpu_s() - self.stopped_cpu, 0.0)
+            if self.idle_cpu_s > IDLE_CPU_S:
+                self.kill()
+                raise KernelFailure("uncorroborated", label, f"the kernel process's tree used {self.idle_cpu_s:.3f} s "
+                                    "of CPU while it was stopped between its requests (a process outside its reach?)")
+        self.tree.signal(signal.SIGCONT)
+        self.running = True
+
+    def pause(self, label: str | None) -> None:
+        """This tree stopped; its strays (descendants outside its process group) killed and, when
+        `label` is given, its implementation refused."""
+        self.tree.signal(signal.SIGSTOP)
+        self.running = False
+        strays = self.tree.scan({k.proc.pid for k in _LIVE})
+        if strays:
+            kill_all(strays)
+            if label is not None:
+                self.kill()
+                raise KernelFailure("uncorroborated", label, f"the kernel process left {len(strays)} process(es) "
+                                    "outside its process group (a daemon, a helper in a session of its own): killed; "
+                                    "kernel code may not run beside the measurement")
+        self.stopped_cpu = self.tree.cpu_s()
 
     def _death(self, label: str, op: str | None) -> KernelFailure:
         try:
@@ -118,12 +158,20 @@ class KernelProcess:
             return ""
 
     def kill(self) -> None:
+        """The process, its group and every descendant it left (strays included) killed."""
         if self.proc.poll() is None:
-            kill_process_group(self.proc.pid, lambda: self.proc.poll() is None)  # forked: maybe before its setsid
+            kill_process_group(self.proc.pid, lambda: self.proc.poll() is None)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        for _ in range(3):  # what the group's death orphaned comes back to the judge (a subreaper)
+            left = self.tree.scan({k.proc.pid for k in _LIVE}) + sorted(self.tree.members - {self.proc.pid})
+            if not left:
+                break
+            kill_all(left)
+            self.tree.members &= {self.proc.pid}
+        self.running = False
 
     def close(self) -> None:
         """End the process: it holds nothing to save (its log is unbuffered), and a CUDA process's
@@ -131,9 +179,8 @@ class KernelProcess:
         self.kill()
         self.channel.close()
         self.pid_file.unlink(missing_ok=True)
-        deadline = time.monotonic() + 1
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        if self in _LIVE:
+            _LIVE.remove(self)
 
 
 def sample_times(answer: dict, n: int, label: str) -> list[float]:
@@ -153,11 +200,10 @@ def time_of(answer: dict, key: str, label: str) -> float:
 
 
 def ask_all(kernels: dict[str, KernelProcess], messages: dict[str, dict]) -> dict[str, dict]:
-    """The same kind of request to several processes at once (work that times nothing: loading,
-    capturing), answers read in order; the first failure is raised, charged to its implementation."""
-    for label, message in messages.items():
-        kernels[label].send(message, label)
-    return {label: kernels[label].answer(message, label) for label, message in messages.items()}
+    """The same kind of request to several processes (work that times nothing: loading, capturing),
+    one after the other (only one kernel process runs at a time); the first failure is raised,
+    charged to its implementation."""
+    return {label: kernels[label].request(message, label) for label, message in messages.items()}
 
 
 class Pool:

@@ -10,7 +10,9 @@
 4. the checked implementation's process says which backend compiled its kernels.
 
 The result has the schema of a worker's result (`tileloop.worker/1`), with `corroboration` per
-timed shape; a refused timing is status `uncorroborated`, charged to the candidate."""
+timed shape; a refused timing is status `uncorroborated`, charged to the implementation whose timing
+it was (an incumbent's failure is the incumbent's: `failed_impl` "incumbent"), and `isolation` (what
+of the boundary around the kernel processes was in force: `loop.judge.fork`)."""
 
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ from loop.common import timing
 from loop.common.errors import SpecError
 from loop.common.harness import Harness
 from loop.common.spec import Spec
+from loop.judge import fork, references
 from loop.judge.bench import Bench
-from loop.judge import references
 from loop.judge.bridge import Bridge
 from loop.judge.checks import check_all
+from loop.judge.drawn import judge_draws
 from loop.judge.kernel_process import KernelFailure, KernelProcess, KernelSideError, Pool, ask_all
 
 
@@ -37,11 +40,10 @@ def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, pha
     # one kernel process per implementation, all started first (they import torch and compile while
     # the judge reads the spec): a candidate's code never shares a process with what it is timed against
     phases = phases or Phases()
-    import torch  # before the kernel processes are forked from this process (`loop.judge.fork`): they share it
-
     pool = pool or Pool(workdir, name, 0, None)
     kernels = {label: pool.take(label, job["device"]) for label in impls}
     pool.close()
+    isolation = fork.isolation([k.proc.pid for k in kernels.values()])
     everyone = dict(kernels)  # to end, whatever leaves `kernels` on the way
     bridge, report = None, None
     try:
@@ -61,9 +63,11 @@ def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, pha
             kernels.update({ref: k for ref, k in refs.items() if report[ref]["status"] == "ok"})
         phases.mark("kernels_loaded")
         bridge = Bridge(torch, kernels, job["device"])
-        return {**measure(torch, spec, bridge, kernels, job, phases, report), "phases_s": phases.spans}
+        return {**measure(torch, spec, bridge, kernels, job, phases, report), "phases_s": phases.spans,
+                "isolation": isolation}
     except KernelFailure as failure:
-        return {"status": failure.status, "failed_impl": failure.label, "message": failure.message, "detail": failure.detail}
+        return {"status": failure.status, "failed_impl": failure.label, "message": failure.message, "detail": failure.detail,
+                "isolation": isolation}
     except KernelSideError as error:
         if error.status == "spec_error":
             raise SpecError(error.message) from None
@@ -146,6 +150,12 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
     if failed is not None:
         return {"status": "incorrect", "failed_impl": failed["label"], "message": failed["reason"], "correctness": correctness}
     result: dict = {"status": "ok", "correctness": correctness}
+    if job.get("drawn", True):  # shapes and magnitudes the judge draws: every implementation on the same draws
+        result["drawn"], failed = judge_draws(harness, bridge, kernels, job, dtypes, shapes)
+        phases.mark("drawn")
+        if failed is not None:
+            correctness["passed"] = False
+            return {**result, "status": "incorrect", "failed_impl": failed["label"], "message": failed["reason"]}
     if report is not None:  # checked like the implementations; only the correct ones are timed beside them
         references.check(harness, bridge, kernels, job, dtypes, shapes, report)
         for ref in [r for r, entry in report.items() if entry["status"] != "ok" and r in kernels]:
@@ -190,8 +200,9 @@ def _first_bad(timing_result: dict, job: dict) -> dict | None:
                         "message": f"output written by the timed run is wrong at {s['shape']}: {rc.get('reason')}"}
     for s in timing_result["shapes"]:
         corr = s["corroboration"]
-        if not corr["ok"]:
-            charged = job["check"][0] if job.get("check") else "candidate"
+        if not corr["ok"]:  # charged to the implementation whose timing was refused, the incumbent's to the incumbent
+            named = [lab for lab in s["impls"] if str(corr.get("reason", "")).startswith(f"{lab}:")]  # beyond_copy's
+            charged = corr.get("label") or (named[0] if named else job["check"][0] if job.get("check") else "candidate")
             return {"status": "uncorroborated", "failed_impl": charged,
                     "message": f"timing refused at {s['shape']}: {corr['reason']}"}
     return None
