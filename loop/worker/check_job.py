@@ -24,7 +24,7 @@ from loop.worker.launches import LaunchRecorder
 from loop.worker.proof import pin_autotune_to_first_config, watch_cutile_compiles
 from loop.common.spec import Spec
 from loop.worker.spec_checks import INPUTS_HINT, Lines, at, entry_point, good_dtypes, partial_checks, problem, \
-    spec_problems
+    spec_problems, template_sizes
 
 __all__ = ["check_job", "interpreter_limits"]
 
@@ -52,6 +52,8 @@ def check_job(job: dict) -> dict:
                                                      spec_lines.of_exception(exc))]}
     problems = spec_problems(torch, module, spec_lines)
     warnings = _unchecked_dtypes(torch, module, device, spec_lines)
+    unfilled, estimated = template_sizes(spec_lines)  # named, but they keep nothing else from running
+    warnings += estimated
     try:
         target = load_module("tileloop_target", Path(job["target"]))
     except BaseException as exc:  # noqa: BLE001
@@ -67,7 +69,7 @@ def check_job(job: dict) -> dict:
         if target is not None and job.get("run_kernels", True):
             fail = lambda exc, where: _kernel_failure(exc, where, device, target_lines)  # noqa: E731
             problems += one_interpreter_limit(partial_checks(torch, module, target, device, spec_lines, fail))
-        return {"status": "ok", "problems": problems, "warnings": warnings}
+        return {"status": "ok", "problems": problems + unfilled, "warnings": warnings}
     spec = Spec(torch, module)
     recorder = LaunchRecorder(target, job["language"])
     harness = Harness(torch, spec, device)
@@ -76,7 +78,7 @@ def check_job(job: dict) -> dict:
     warnings += _hidden(harness, spec_lines)
     problems += _sized(spec, spec_lines)
     interpreter_only = bool(problems) and all("limit" in p for p in problems)
-    problems = one_interpreter_limit(problems)
+    problems = one_interpreter_limit(problems) + unfilled
     if not any(d != "bfloat16" or device != "cpu" for d in spec.dtypes):
         problems.append(problem("nothing was checked: the Triton interpreter runs float16 and float32, and DTYPES "
                                 "holds bfloat16 only", spec_lines.of("DTYPES"),

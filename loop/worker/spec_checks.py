@@ -46,9 +46,10 @@ class Lines:
     def __init__(self, path: Path, shown: str):
         self.path, self.shown = path, shown
         try:
-            self.tree = ast.parse(path.read_text())
+            self.source = path.read_text()
+            self.tree = ast.parse(self.source)
         except (OSError, SyntaxError, UnicodeDecodeError):
-            self.tree = ast.Module(body=[], type_ignores=[])
+            self.source, self.tree = "", ast.Module(body=[], type_ignores=[])
         self.names: dict[str, int] = {}
         for node in self.tree.body:
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
@@ -153,6 +154,36 @@ def unwritten_reference(lines: Lines) -> list[dict]:
         return [problem("reference still raises NotImplementedError: the op in PyTorch is yours to write",
                         f"{lines.shown}:{body[0].lineno}", "return what the entry point returns, computed with torch")]
     return []
+
+
+SIZE_HINTS = {
+    "flops": "return the floating-point operations of one call (the element count for an element-wise op, "
+             "2*M*N*K for a matmul; 0 only for an op that computes nothing, such as a copy), and drop the # TODO",
+    "bytes_moved": "count every tensor read and written once (outputs too), and drop the # TODO",
+}
+
+
+def template_sizes(lines: Lines) -> tuple[list[dict], list[dict]]:
+    """flops and bytes_moved as `tileloop spec` left them, their return line still marked `# TODO`:
+    a constant 0 is a problem (TFLOP/s or GB/s, the roofline and the kernel's class would read it),
+    the template's estimate of bytes a warning. (problems, warnings)"""
+    problems, warnings = [], []
+    text = lines.source.splitlines()
+    for fn in lines.tree.body:
+        if not (isinstance(fn, ast.FunctionDef) and fn.name in SIZE_HINTS):
+            continue
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Return) and node.value is not None and node.lineno <= len(text)
+                    and "# TODO" in text[node.lineno - 1]):
+                continue
+            where = f"{lines.shown}:{node.lineno}"
+            if isinstance(node.value, ast.Constant) and node.value.value == 0:
+                problems.append(problem(f"{fn.name} still returns the template's 0 (# TODO): the roofline and the "
+                                        "kernel's class would read it", where, SIZE_HINTS[fn.name]))
+            else:
+                warnings.append(problem(f"{fn.name} is still the template's estimate (# TODO)", where,
+                                        SIZE_HINTS[fn.name]))
+    return problems, warnings
 
 
 def partial_checks(torch, module, target, device: str, spec_lines: Lines, fail) -> list[dict]:
