@@ -93,8 +93,19 @@ def _compute_bound(e: dict) -> bool:
     return bool(shape.get("bytes")) and shape.get("flops", 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
 
 
-def _ratio(row: dict, ref: str) -> float:
-    return float(row[ref]) / float(row["best (ms)"])
+def _ratio(row: dict, ref: str) -> float | None:
+    """`ref`'s time over ours in a final row; None where `ref` has no time there (torch.compile
+    `unavailable: ...`, `not timed`)."""
+    try:
+        return float(row[ref]) / float(row["best (ms)"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _unavailable(final: list[dict]) -> str:
+    """Why torch.compile has no time in a final measurement, where it says (` (unavailable: ...)`)."""
+    why = next((str(r["torch.compile (ms)"]) for r in final if str(r.get("torch.compile (ms)", "")).startswith("unavailable")), "")
+    return f" ({why[:120]})" if why else ""
 
 
 def _methods(final_largest: dict, entry: dict) -> str:
@@ -145,8 +156,10 @@ def target_rows(entries: list[dict]) -> list[dict]:
             row(f"largest shape ({fl.get('shape', '?')} {fl.get('dtype', '')}): fraction of clone bandwidth",
                 float(frac) if frac not in (None, "", "n/a") else None, CLONE_TARGET,
                 (e.get("largest_best") or {}).get("frac_clone_bw"))
-        worst = min(final, key=lambda r: _ratio(r, "torch.compile (ms)"), default=None)
-        row("torch.compile time / ours, worst shape" + (f" ({worst['shape']} {worst['dtype']})" if worst else ""),
+        timed = [r for r in final if _ratio(r, "torch.compile (ms)") is not None]
+        worst = min(timed, key=lambda r: _ratio(r, "torch.compile (ms)"), default=None)
+        row("torch.compile time / ours, worst shape" + (f" ({worst['shape']} {worst['dtype']})" if worst else
+                                                        _unavailable(final)),
             _ratio(worst, "torch.compile (ms)") if worst else None, 1.0)
     return rows
 
@@ -170,13 +183,13 @@ def summarize(entries: list[dict], title: str) -> str:
     for e in entries:
         fl = e.get("final_largest") or {}
         shape = e.get("largest_shape") or {}
-        if e["op"] == "matmul" and fl:
+        if e["op"] == "matmul" and fl and _ratio(fl, "torch eager (ms)") is not None:
             frac = f"{_ratio(fl, 'torch eager (ms)'):.2f} of torch.matmul"
         elif _compute_bound(e):
             frac = "n/a (compute-bound)"
         else:
             frac = fl.get("best, fraction of clone bandwidth") or _f((e.get("largest_best") or {}).get("frac_clone_bw"), "{:.2f}")
-        vs_compile = [_ratio(r, "torch.compile (ms)") for r in e.get("final") or []]
+        vs_compile = [v for r in e.get("final") or [] if (v := _ratio(r, "torch.compile (ms)")) is not None]
         rows.append({
             "op": e["op"], "impl": f"{e['language']}/{e['target_backend']}",
             "baseline ms": _f(e["baseline_ms"]), "final ms": _f(e["best_ms"]), "method": e.get("methods") or "unknown method",
@@ -186,7 +199,8 @@ def summarize(entries: list[dict], title: str) -> str:
             "method (largest)": methods.method_text(fl.get("method") if fl else e.get("largest_method")),
             "fraction (largest)": frac,
             "torch eager ms": fl.get("torch eager (ms)", ""), "torch.compile ms": fl.get("torch.compile (ms)", ""),
-            "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else "not measured",
+            "vs torch.compile (worst shape)": f"{min(vs_compile):.2f}x" if vs_compile else
+                                              (_unavailable(e.get("final") or []).strip(" ()") or "not measured"),
             "experiments": f"{e['iterations']} ({e['outcomes']['keep']}k/{e['outcomes']['revert']}r/{e['outcomes']['crash']}c"
                            + (f"/{e['outcomes']['unmeasured']}u" if e["outcomes"].get("unmeasured") else "") + ")"
                            + (" cut off" if e.get("cut_off") else "") + (" resumed" if e.get("resumed") else ""),

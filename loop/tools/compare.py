@@ -20,6 +20,7 @@ from loop.common.settings import Settings
 from loop.measure.launch import run_worker
 from loop.records.perf_table import markdown_table
 from loop.target.contract import load_kernel
+from loop.tools.final import compile_notes, without_failed_compile
 
 TORCH_PROVIDERS = ["torch_eager", "torch_compile"]
 
@@ -62,7 +63,8 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
                "impls": [{"label": label, "path": str(path)} for label, path in mine], "torch_providers": providers,
                "check": [label for label, _ in mine], "seed": 1234, "bench": True, "check_benchmark_shapes": full_check,
                "references": not refs_done}
-        raw = run_worker(workdir, job, backend, settings, workdir / "cache" / backend.name, name=f"compare-{backend.name}")
+        raw = without_failed_compile(lambda j, b=backend: run_worker(workdir, j, b, settings, workdir / "cache" / b.name,
+                                                                     name=f"compare-{b.name}"), job)
         if raw.get("status") in ("spec_error", "harness_error"):
             raise HarnessFailure(f"compare {backend.name}: {raw['status']}: {raw.get('message')}")
         if raw.get("status") != "ok":
@@ -72,6 +74,9 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
             continue
         refs = raw.get("references") or {}
         refs_done = refs_done or "references" in raw
+        if raw.get("torch_compile"):  # it ran eagerly somewhere, or did not compile: no time of it
+            rows.append({"implementation": "torch_compile", "backend": "torch.compile",
+                         "status": f"{raw['torch_compile']['status']}: {raw['torch_compile']['reason']}"[:300]})
         for name, ref in refs.items():
             if ref["status"] != "ok":
                 rows.append({"implementation": name, "backend": f"reference: {ref['source']}",
@@ -92,7 +97,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
                              "time_ms": st["median_ms"], "rel_std": st["rel_std"],
                              "gbps": st.get("gbps"), "tflops": st.get("tflops"), "frac_clone_bw": st.get("frac_clone_bw"),
                              "clone_gbps": (s.get("clone") or {}).get("gbps"), "method": s["method"],
-                             "reference": label in refs})
+                             "reference": label in refs, **({"note": note} if label == "torch_compile" and (note := compile_notes(st)) else {})})
     return {"op": op_dir.name, "device": probe.get("gpu") or "cpu", "rows": rows, "verified": verified, "full_check": full_check}
 
 
@@ -136,6 +141,7 @@ def render(result: dict) -> str:
             table.append({"Implementation": r["implementation"], "Backend": r["backend"], "Time (ms)": r["status"]})
         clone = next((r["clone_gbps"] for r in here if r.get("clone_gbps")), None)
         lines += [f"## {shape} ({here[0]['dtype']})" + (f", clone {clone:.0f} GB/s" if clone else ""), "", markdown_table(table), ""]
+        lines += [f"- {r['implementation']}: {r['note']}" for r in here if r.get("note")] + [""] * any(r.get("note") for r in here)
     if not shapes:
         lines += [markdown_table([{"Implementation": r["implementation"], "Backend": r["backend"], "Status": r["status"]} for r in rows]), ""]
     if result.get("verified"):

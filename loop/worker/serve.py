@@ -37,6 +37,7 @@ from loop.common.channel import Channel, ChannelClosed
 from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
 from loop.worker.bench import tuned_configs
+from loop.worker.compiled import CompiledReference, spec_pairs
 from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module, short_traceback
 from loop.worker.launches import LaunchRecorder
 from loop.worker.sampler import Sampler
@@ -218,13 +219,13 @@ class KernelSide:
 
 
 def torch_provider(torch, spec, name: str):
-    """PyTorch eager (the spec's reference at the benchmark dtype) or torch.compile of it."""
-    fn = spec.module.reference
+    """PyTorch eager (the spec's reference at the benchmark dtype) or torch.compile of it, compiled
+    code proven at every shape and dtype it is called at (`loop.worker.compiled`)."""
     if name == "torch_compile":
-        fn = torch.compile(spec.module.reference, dynamic=False)
-    elif name != "torch_eager":
+        return CompiledReference(torch, spec.module.reference, spec_pairs(spec))
+    if name != "torch_eager":
         raise ValueError(f"unknown torch provider {name!r}")
-    return SimpleNamespace(run=fn)
+    return SimpleNamespace(run=spec.module.reference)
 
 
 OPS = ("load", "arena", "call", "record", "prepare", "capture", "eager", "sample", "tuned", "proof")
