@@ -145,3 +145,26 @@ def test_no_note_at_or_below_one_and_a_note_where_the_methods_differ():
     entry = _entry({"gbps": 2000.0, "method": "cuda_graph"}, best=2800.0)
     timing.add_clone_fractions(entry)
     assert entry["clone"]["above_one"].endswith("no device copy rate was measured beside it (too little free memory)")
+
+
+def test_the_explanation_reaches_the_report_the_final_table_and_compare():
+    from loop.records import report
+    from loop.tools import compare, final
+
+    entry = _entry({"gbps": 2400.0, "method": "cuda_graph", "best": "skewed", "device_gbps": 2950.0}, best=2712.0)
+    timing.add_clone_fractions(entry)
+    why = entry["clone"]["above_one"]
+    shape = {"shape": [16384, 16384], "dtype": "bfloat16", "method": "cuda_graph", "notes": entry["notes"],
+             "candidate": {"median_ms": 0.4, "gbps": 2712.0, "frac_clone_bw": 1.13}}
+    best = types.SimpleNamespace(iteration=3, backends={"ptx": types.SimpleNamespace(shapes=[shape])})
+    lines = report._roofline(types.SimpleNamespace(target_backend="ptx"), best)
+    assert f"- 16384x16384 bfloat16: {why}" in lines
+    assert not [n for n in report._roofline(types.SimpleNamespace(target_backend="ptx"), types.SimpleNamespace(
+        iteration=3, backends={"ptx": types.SimpleNamespace(shapes=[{**shape, "notes": []}])})) if n.startswith("- ")]
+    raw = {"timing": {"shapes": [{"shape": [16384, 16384], "dtype": "bfloat16", "method": "cuda_graph", "clone": entry["clone"],
+                                  "impls": {"best": {"median_ms": 0.4, "frac_clone_bw": 1.13}}}]}}
+    assert final.final_rows(raw)["rows"][0]["clone note"] == why
+    row = {"shape": "16384x16384", "dtype": "bfloat16", "implementation": "best", "backend": "ptx", "status": "ok",
+           "time_ms": 0.4, "gbps": 2712.0, "frac_clone_bw": 1.13, "clone_gbps": 2400.0, "clone_note": why}
+    text = compare.render({"op": "add", "device": "H100", "rows": [row], "verified": []})
+    assert f"- clone: {why}" in text

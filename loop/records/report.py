@@ -202,8 +202,10 @@ def _roofline(state, best: Record) -> list[str]:
                      "median_ms": f"{st.get('median_ms', 0):.6f}", "GB/s": f"{st['gbps']:.0f}" if st.get("gbps") else "",
                      "TFLOP/s": f"{st['tflops']:.2f}" if st.get("tflops") else "",
                      "fraction of clone bandwidth": f"{st['frac_clone_bw']:.2f}" if st.get("frac_clone_bw") else "n/a"})
+    above = [f"- {'x'.join(map(str, s['shape']))} {s['dtype']}: {n}" for s in shapes for n in s.get("notes") or []
+             if str(n).startswith("above 1.0 of the clone")]  # why (`loop.common.timing.above_one`)
     return [f"## Roofline (best version, target backend, iteration {best.iteration}'s measurement)", "",
-            markdown_table(roof), ""]
+            markdown_table(roof), ""] + above + [""] * bool(above)
 
 
 def _final(final: dict | None, unit: str) -> list[str]:

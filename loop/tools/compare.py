@@ -97,6 +97,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
                              "time_ms": st["median_ms"], "rel_std": st["rel_std"],
                              "gbps": st.get("gbps"), "tflops": st.get("tflops"), "frac_clone_bw": st.get("frac_clone_bw"),
                              "clone_gbps": (s.get("clone") or {}).get("gbps"), "method": s["method"],
+                             "clone_note": (s.get("clone") or {}).get("above_one"),
                              "reference": label in refs, **({"note": note} if label == "torch_compile" and (note := compile_notes(st)) else {})})
     return {"op": op_dir.name, "device": probe.get("gpu") or "cpu", "rows": rows, "verified": verified, "full_check": full_check}
 
@@ -141,7 +142,9 @@ def render(result: dict) -> str:
             table.append({"Implementation": r["implementation"], "Backend": r["backend"], "Time (ms)": r["status"]})
         clone = next((r["clone_gbps"] for r in here if r.get("clone_gbps")), None)
         lines += [f"## {shape} ({here[0]['dtype']})" + (f", clone {clone:.0f} GB/s" if clone else ""), "", markdown_table(table), ""]
-        lines += [f"- {r['implementation']}: {r['note']}" for r in here if r.get("note")] + [""] * any(r.get("note") for r in here)
+        notes = [f"- {r['implementation']}: {r['note']}" for r in here if r.get("note")]
+        notes += sorted({f"- clone: {r['clone_note']}" for r in here if r.get("clone_note")})
+        lines += notes + [""] * bool(notes)
     if not shapes:
         lines += [markdown_table([{"Implementation": r["implementation"], "Backend": r["backend"], "Status": r["status"]} for r in rows]), ""]
     if result.get("verified"):

@@ -72,6 +72,8 @@ def final_rows(raw: dict) -> dict:
             row[f"{name} (ms)"] = f"{t:.6f}" if t else f"{ref['status']}: {ref['reason']}"[:160]
             row[f"vs {name}"] = f"{t / b:.2f}x" if t else "n/a"
         row["best, fraction of clone bandwidth"] = f"{im['best']['frac_clone_bw']:.2f}" if im["best"].get("frac_clone_bw") else "n/a"
+        if (s.get("clone") or {}).get("above_one"):  # why a fraction of the clone is above 1 (`timing.above_one`)
+            row["clone note"] = s["clone"]["above_one"]
         notes = compile_notes(im.get("torch_compile", {}))
         if notes:
             row["torch.compile notes"] = notes
