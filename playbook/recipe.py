@@ -9,11 +9,59 @@ why when they do not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from dataclasses import dataclass, replace
+from typing import Callable, Collection, Iterable, Protocol
 
 from playbook.analysis import Analysis
 from playbook.cst.source import Skip
+
+
+@dataclass(frozen=True)
+class SweepValue:
+    """One value of a swept variable: its source, and the key of the one-step candidate that sets it
+    (tried once the value was swept, so no later step measures it again)."""
+
+    value: int
+    key: str
+    source: str
+
+    @property
+    def label(self) -> str:
+        """The value's implementation label in the sweep's judged measurement."""
+        return f"sweep-{self.value}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Several values of a candidate's one numeric variable, timed in one judged measurement beside
+    the incumbent; the best is then measured again alone, as an ordinary step (`loop.run.sweep`)."""
+
+    variable: str  # as titles name it: "BLOCK", "softmax_kernel occupancy"
+    current: str  # its value in the source: "128", "auto"
+    base: str  # the keys' stem, e.g. "launch-param:BLOCK"
+    values: tuple[SweepValue, ...]
+    hypothesis: str = ""  # what should move over the values (the step's own hypothesis when empty)
+
+    @property
+    def key(self) -> str:
+        return f"{self.base}=sweep({','.join(str(v.value) for v in self.values)})"
+
+    @property
+    def title(self) -> str:
+        return f"{self.variable} sweep {self.current} -> {{{','.join(str(v.value) for v in self.values)}}}"
+
+    def named(self, value: int) -> str:
+        """The optimization text of the step that keeps `value`: the values tried in parentheses."""
+        return f"{self.variable} {self.current} -> {value} (swept {', '.join(str(v.value) for v in self.values)})"
+
+    def untried(self, tried: Collection[str]) -> "Sweep | None":
+        """The sweep without the values already tried (or kept) in this run; None when fewer than two
+        are left, or when the sweep itself was tried (twice interrupted)."""
+        left = tuple(v for v in self.values if v.key not in tried)
+        if len(left) < 2 or self.key in tried:
+            return None
+        rest = replace(self, values=left)
+        return None if rest.key in tried else rest
 
 
 @dataclass(frozen=True)
@@ -25,6 +73,18 @@ class Candidate:
     hypothesis: str
     source: str  # the whole rewritten target
     tier: int = 0  # 0: first-line moves; 1: second thoughts (e.g. a step back down), tried after every tier-0 move
+    # more values of the same variable, this candidate's own first: the unattended loop and `step --recipe`
+    # time them in one experiment; `step --key <key>` (and `playbook apply`) take this one value alone
+    sweep: Sweep | None = None
+
+
+def with_sweep(cand: Candidate, variable: str, current: object, base: str,
+               values: list[tuple[int, str, str]], hypothesis: str = "") -> Candidate:
+    """`cand` carrying a sweep over `values` ((value, key, source), the candidate's own first); as it
+    was when there is only its own."""
+    if len(values) < 2:
+        return cand
+    return replace(cand, sweep=Sweep(variable, str(current), base, tuple(SweepValue(*v) for v in values), hypothesis))
 
 
 class Recipe(Protocol):

@@ -51,12 +51,21 @@ def trailers_for(record: Record, pending: bool = False) -> dict[str, str]:
         t["Tileloop-Unchecked"] = "; ".join(record.unchecked)
     if record.recipe:
         t["Tileloop-Recipe"] = record.recipe
+    if record.sweep:  # every value the sweep tried, with its paired speedup in the sweep's measurement
+        t["Tileloop-Sweep"] = sweep_text(record.sweep["values"])
+        t["Tileloop-Sweep-Chosen"] = "none" if record.sweep.get("chosen") is None else str(record.sweep["chosen"])
     t["Tileloop-Timing"] = record.timing_mode
     if record.harness:  # an external run: the commands that decided, as run settings
         t["Tileloop-Test-Cmd"] = record.harness["test_cmd"]
         t["Tileloop-Bench-Cmd"] = record.harness["bench_cmd"]
         t["Tileloop-Bench-Repeats"] = str(record.harness["bench_repeats"])
     return t
+
+
+def sweep_text(values: list[dict]) -> str:
+    """A sweep's values as its trailer carries them: `512=1.4512x 1024=1.6203x 2048=incorrect`."""
+    return " ".join(f"{v['value']}={v['speedup']:.4f}x" if v.get("status") == "ok" and v.get("speedup") is not None
+                    else f"{v['value']}={v.get('status')}" for v in values)
 
 
 def commit_message(record: Record, pending: bool = False) -> str:
@@ -68,6 +77,9 @@ def commit_message(record: Record, pending: bool = False) -> str:
         body.append(f"Rationale: {record.rationale}")
     if record.expected:
         body.append(f"Expected: {record.expected}")
+    if record.sweep:
+        body.append(f"Sweep: {record.sweep['variable']} from {record.sweep['from']} over "
+                    f"{', '.join(str(v['value']) for v in record.sweep['values'])}: {record.sweep.get('reason', '')}")
     if record.decision and not pending:
         body.append(f"Decision: {record.status} ({record.decision.get('verdict')}): {record.decision.get('reason', '')}")
     return gitops.format_message(subject, "\n".join(body), trailers_for(record, pending))

@@ -93,6 +93,7 @@ class Record:
     failure: dict | None = None
     compile: dict = field(default_factory=dict)  # the ahead-of-time gate: status and per-arch registers/spills
     harness: dict | None = None  # an external run's commands ({test_cmd, bench_cmd, bench_repeats}), else None
+    sweep: dict | None = None  # the sweep that chose this version: every value's paired result (`loop.run.sweep`)
     env: dict = field(default_factory=dict)
     source_hash: str = ""
     started: str = ""
@@ -103,6 +104,8 @@ class Record:
     def to_json(self) -> dict:
         d = asdict(self)
         d["backends"] = {k: asdict(v) for k, v in self.backends.items()}
+        if d["sweep"] is None:  # a record without a sweep is written as it was before sweeps
+            del d["sweep"]
         return d
 
     @classmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from dataclasses import replace
 
 from loop import decide
 from loop.common.errors import IntegrityError, UserError
@@ -26,25 +27,23 @@ class Iteration(Measuring, Recording):
     def check_integrity(self) -> None:
         """Only the target may change. A changed tracked file, or a new file that the target (or the
         spec) imports, is refused before it runs, set aside under sandbox/<run>/refused/<time>/ (a
-        patch, copies of the new files) and restored; a changed .git/config is restored from the run's
-        snapshot. Other new files (notes, an editor's swap file, `step --json > step.json`) are the
-        user's: left where they are, and named in the log."""
+        patch, copies of the new files) and restored; .git/hooks, .git/info and .git/config are
+        restored from the run's snapshot the same way. Other new files (notes, an editor's swap file,
+        `step --json > step.json`) are the user's: left where they are, and named in the log."""
+        where = self._refused_dir()
+        git_files = self.restore_git_dir(where)  # plain file operations: before git reads a planted file
         others, new = self.integrity_violations()
-        snap = self.dir / "git-config.snapshot"
-        git_config = gitops.config_path(self.root)
-        config_changed = snap.exists() and git_config.read_bytes() != snap.read_bytes()
-        if not (others or new or config_changed):
+        if not (others or new or git_files):
             return
-        where = self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        gitops.set_aside(self.root, others, new, where)
-        if config_changed:
-            where.mkdir(parents=True, exist_ok=True)
-            (where / "git-config").write_bytes(git_config.read_bytes())
-            git_config.write_bytes(snap.read_bytes())
-        listed = ", ".join((others + new + ([".git/config"] if config_changed else []))[:8])
+        if others or new:
+            gitops.set_aside(self.root, others, new, where)
+        listed = ", ".join((others + new + git_files)[:8])
         raise IntegrityError(f"refused: the change touches files other than the target {self.state.target}: {listed}; "
                              f"they were restored, the refused change is saved in {where.relative_to(self.root)}",
                              hint="an iteration may change the target file only")
+
+    def _refused_dir(self):
+        return self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
     def integrity_violations(self) -> tuple[list[str], list[str]]:
         """(changed tracked files other than the target, new files the target or spec imports)."""
@@ -54,26 +53,41 @@ class Iteration(Measuring, Recording):
             self.log(f"left alone (new files the target does not import): {', '.join(p for p in new if p not in imported)[:300]}")
         return others, imported
 
-    def changed_while_measured(self, cand_src: str) -> str | None:
-        """Kernel code runs as the user: a candidate could write to the repository while it is measured
-        (the spec, the records' inputs, the target itself). Anything tracked that differs from the
-        experiment's commit, or a new file the target imports, voids the measurement: restored, set
-        aside under sandbox/<run>/refused/, and the reason returned."""
+    def changed_while_measured(self, cand_src: str) -> decide.Decision | None:
+        """Kernel code runs as the user: it could write to the repository while it is measured (the
+        spec, the target, the run's records, its branch, .git's hooks or config). Everything is put
+        back (what differed set aside under sandbox/<run>/refused/). The target changed is the
+        candidate's doing (revert, incorrect); anything else voids the measurement: nothing says the
+        candidate did it (another process may have), so nothing is charged to it."""
+        where = self._refused_dir()
+        git_files = self.restore_git_dir(where)  # first: before git reads a planted file
+        records = self.put_records_back()
+        sha = (self.state.inflight or {}).get("commit")
+        if sha and gitops.put_branch_back(self.root, self.state.branch, sha):
+            records.append(f"branch {self.state.branch}")
         others, new = self.integrity_violations()
         target = self.state.target
-        if (self.root / target).read_text() != cand_src:
+        target_changed = (self.root / target).read_text() != cand_src
+        if target_changed:
             others.append(target)
-        if not (others or new):
+        if not (others or new or git_files or records):
             return None
-        where = self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        gitops.set_aside(self.root, others, new, where)
-        return (f"the candidate changed {', '.join((others + new)[:8])} while it was measured: the measurement is void "
-                f"(restored; the change is saved in {where.relative_to(self.root)})")
+        if others or new:
+            gitops.set_aside(self.root, others, new, where)
+        listed = ", ".join((others + new + git_files + records)[:8])
+        saved = f"; what changed is saved in {where.relative_to(self.root)}" if where.exists() else ""
+        if target_changed:
+            return decide.Decision("revert", "incorrect", f"the target changed while the candidate was measured ({listed}): "
+                                   f"the candidate's doing (restored{saved})")
+        return decide.void(f"{listed} changed while the candidate was measured: the measurement is void, "
+                           f"nothing is charged to the candidate (restored{saved})")
 
     def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
                  allow_unchanged: bool = False, rationale: str = "", expected: str = "",
-                 kind: str = "agent") -> tuple[Record, decide.StopState]:
-        """Commit and evaluate the working-tree version of the target (integrity checked first)."""
+                 kind: str = "agent", sweep: dict | None = None) -> tuple[Record, decide.StopState]:
+        """Commit and evaluate the working-tree version of the target (integrity checked first).
+        `sweep`: the sweep that chose this version (`loop.run.sweep`), kept in the record; its values
+        count as tried once the iteration is decided."""
         self._check_position()
         self.check_integrity()
         cand_src = (self.root / self.state.target).read_text()
@@ -89,10 +103,12 @@ class Iteration(Measuring, Recording):
             change = describe(inc_src, cand_src, kind)
             can = decide.measurability(change, self.timing_mode)  # before timing: can this change show in it?
             self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
-                                   "recipe": recipe, "key": key, "started": started, "kind": kind}
+                                   "recipe": recipe, "key": key, "started": started, "kind": kind,
+                                   **({"sweep": sweep} if sweep else {})}
             self.stage("commit")
             pending = self._record(n, optimization, hypothesis, recipe, "crash", NOT_CHECKED, None, {}, None, {}, {}, None,
                                    cand_src, started, 0.0)
+            pending = with_changes(pending, sweep=sweep)
             sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
                                 allow_empty=cand_src == inc_src)
             self.state.inflight["commit"] = sha
@@ -114,21 +130,28 @@ class Iteration(Measuring, Recording):
             tampered = self.changed_while_measured(cand_src)
             decision, remeasured = self._decide(results, raw, (inc_src, cand_src), remeasured=True), True
         if tampered:
-            decision = decide.Decision("revert", "incorrect", tampered)
+            decision = tampered
         status = {"keep": "keep", "revert": "revert", "crash": "crash", "unmeasured": "unmeasured"}[decision.action]
-        if status == "unmeasured":  # its timing measured nothing: the record carries none
+        void = decision.verdict == decide.VOID
+        if void:  # nothing it measured counts: every backend that ran says why
+            results = {name: voided(b, decision.reason) for name, b in results.items()}
+        elif status == "unmeasured":  # its timing measured nothing: the record carries none
             results = {name: b.unmeasured(f"not timed for the decision: {can.reason}") for name, b in results.items()}
         target = results[self.state.target_backend]
         failure = None if target.status in ("ok", "unmeasured") else {"status": target.status, "message": target.reason}
         correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
+        if void:
+            correctness = NOT_CHECKED  # its checks are void too: neither PASS nor FAIL for the candidate
         self._update_counters(decision, status, target)
+        if sweep:  # every value the sweep tried is tried: no later step or sweep measures it again
+            self.state.tried.extend(v["key"] for v in sweep["values"] if v["key"] not in self.state.tried)
         stop = self.stop_state()
         record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
                               decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
                               cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
         record = with_changes(record, compile=gate, rationale=rationale, expected=expected, kind=kind,
                               change={**change.to_json(), "measurable": can.measurable, "reason": can.reason},
-                              unchecked=unchecked(raw, self.state.target_backend))
+                              unchecked=unchecked(raw, self.state.target_backend), sweep=sweep)
         atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
         self.stage("record")
         return self._finish(record), stop  # the record as written: with its commit
@@ -137,6 +160,11 @@ class Iteration(Measuring, Recording):
                 remeasured: bool = False, unmeasurable: str = "") -> decide.Decision:
         tb = self.state.target_backend
         target = results[tb]
+        incumbent = [(name, r) for name, r in raw.items() if r.get("failed_impl") == "incumbent" and r.get("status") != "ok"]
+        if incumbent:  # the incumbent's failure says nothing about the candidate
+            name, r = incumbent[0]
+            return decide.void(f"the incumbent failed on {name} ({r.get('status')}: {str(r.get('message', ''))[:300]}): "
+                               "the measurement is void, nothing is charged to the candidate")
         if target.status == "fallback":
             return decide.Decision("revert", "guard_failed", target.reason)
         if target.status != "ok":
@@ -149,3 +177,11 @@ class Iteration(Measuring, Recording):
                                  unmeasurable=unmeasurable)
         return decide.decide(self.policy, shapes=decide.comparisons(raw[tb], self.policy),
                              guard_failures=guard_failures(results, tb), remeasured=remeasured, unexercised=missed)
+
+
+def voided(b: BackendResult, why: str) -> BackendResult:
+    """A backend's result of a void measurement: nothing it measured or checked is kept but why."""
+    if b.status in ("unavailable", "not_run"):
+        return b
+    return replace(b, status="unmeasured", reason=why[:500], latency_ms=None, incumbent_ms=None, correctness=None,
+                   shapes=[])

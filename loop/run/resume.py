@@ -54,6 +54,11 @@ class Resume(Iteration, Baseline):
                 raise UserError(f"branch tip {tip[:10]} is neither the best commit nor the interrupted experiment",
                                 hint="inspect the branch by hand; tileloop will not move commits it did not make")
             if target_path.read_text() == best_src:  # interrupted before anything was applied
+                if interrupted_at == "sweep" and inflight.get("key"):  # a sweep counts no iteration; tried again once
+                    key = inflight["key"]
+                    (self.state.tried if key in self.state.interrupted else self.state.interrupted).append(key)
+                    self.log(f"#{n} the sweep {inflight.get('optimization', key)} was interrupted before it chose: "
+                             "no iteration recorded, the tree is at the best version")
                 self.state.inflight = None
                 self.save()
                 return None
@@ -84,7 +89,7 @@ class Resume(Iteration, Baseline):
                               decision.to_json(), self.stop_state().to_json(),
                               {"status": "interrupted", "message": decision.reason}, src,
                               inflight.get("started", now()), 0.0, key=inflight.get("key"))
-        record = with_changes(record, optimization=f"{record.optimization} (interrupted)")
+        record = with_changes(record, optimization=f"{record.optimization} (interrupted)", sweep=inflight.get("sweep"))
         return self._finish(record)
 
     def check_environment(self, probe: dict) -> None:

@@ -1,11 +1,13 @@
 """A run's persistent state: `sandbox/<run>/state.json`, rewritten atomically at every stage.
 
-The state names the in-flight iteration and its stage (apply, commit, measure, decide, record),
-so that `tileloop resume` after a kill at any point can finish or record it exactly once.
+The state names the in-flight iteration and its stage (sweep, apply, commit, measure, decide,
+record), so that `tileloop resume` after a kill at any point can finish or record it exactly once;
+a sweep (`loop.run.sweep`) runs before anything is applied, so a kill there records nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -49,13 +51,16 @@ class RunState:
     crash_causes: list[str] = field(default_factory=list)
     demoted: list[str] = field(default_factory=list)  # recipe kinds kept at low gain
     tried: list[str] = field(default_factory=list)  # candidate keys already evaluated
-    interrupted: list[str] = field(default_factory=list)  # candidate keys cut off once by a kill (retried once)
+    interrupted: list[str] = field(default_factory=list)  # candidate (or sweep) keys cut off once by a kill (retried once)
     skip_recipes: list[str] = field(default_factory=list)  # recipe ids this run never proposes (--skip-recipe)
     active_s: float = 0.0  # time spent in iterations, summed over sessions
     inflight: dict | None = None
     stopped: dict | None = None
     created: str = ""
     schema: str = STATE_SCHEMA
+    # the records as tileloop last wrote them (`RunCore.seal`): results.jsonl and perf_results.md
+    # ({bytes, sha256}), the best commit, the snapshot of the git files; "state" hashes the rest of this file
+    records_seal: dict = field(default_factory=dict)
 
     def fingerprint(self) -> dict:
         return {k: self.env.get(k) for k in FINGERPRINT_KEYS}
@@ -69,8 +74,34 @@ def state_path(root: Path, run_id: str) -> Path:
     return run_dir(root, run_id) / "state.json"
 
 
-def save(root: Path, state: RunState) -> None:
-    atomic_write_text(state_path(root, state.run_id), json.dumps(asdict(state), indent=1, sort_keys=True))
+def content_digest(data: dict) -> str:
+    """The hash of a state's content, less the hash itself (kept in records_seal["state"])."""
+    seal = {k: v for k, v in (data.get("records_seal") or {}).items() if k != "state"}
+    rest = {k: v for k, v in data.items() if k != "records_seal"}
+    return hashlib.sha256(json.dumps([rest, seal], sort_keys=True).encode()).hexdigest()
+
+
+def save(root: Path, state: RunState) -> str:
+    """Write state.json with the hash of its own content; return the text written."""
+    data = asdict(state)
+    data["records_seal"] = state.records_seal = {**state.records_seal, "state": content_digest(data)}
+    text = json.dumps(data, indent=1, sort_keys=True)
+    atomic_write_text(state_path(root, state.run_id), text)
+    return text
+
+
+def intact(root: Path, run_id: str) -> bool:
+    """Whether state.json is as tileloop wrote it (its content matches its own hash); a state written
+    before the hash was kept, or none yet, counts as intact."""
+    path = state_path(root, run_id)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return not path.exists()
+    if not isinstance(data, dict):
+        return False
+    seal = data.get("records_seal", {})
+    return "records_seal" not in data or (isinstance(seal, dict) and seal.get("state") == content_digest(data))
 
 
 def load(root: Path, run_id: str) -> RunState:

@@ -8,19 +8,23 @@ change has no key, but it has its source hash in the records). And when the chec
 change that touches only code no checked shape ran in the best version's last measurement (the
 kernels it launched, the host functions it called) is `unexercised` and reverted unmeasured, so it
 is never suggested (`loop.target.coverage`).
+
+`step --recipe ID` applies the recipe's first candidate worth a step with its sweep, where it carries
+one (several values of its variable in one experiment, `loop.run.sweep`); `--key` with the
+candidate's own key applies that value alone, with the sweep's key (`<stem>=sweep(<values>)`) the sweep.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 import playbook
 from loop.common.errors import UserError
-from loop.common.files import atomic_write_text
 from loop.records import experience, gitops
 from loop.records.results import Record
-from loop.run.iteration import Iteration
+from loop.run.sweep import Sweeping
 from loop.run.levers import analysis_of
 from loop.target.contract import source_hash
 from loop.target.coverage import unexercised
@@ -51,7 +55,7 @@ class Screen:
         return None
 
 
-class Suggesting(Iteration):
+class Suggesting(Sweeping):
     def _best(self) -> tuple[str, Analysis]:
         src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
         return src, analysis_of(self, src)[0]  # with the best version's distance to its roofline: big levers first
@@ -109,7 +113,9 @@ class Suggesting(Iteration):
                             hint="pick another recipe, or edit the target yourself and step with --optimization")
         screen = self.screen(src)
         if key is not None:
-            cand = next((c for c in cands if c.key == key), None)
+            cand = next((replace(c, sweep=None) for c in cands if c.key == key), None)  # this value alone
+            cand = cand or next((c for c in cands if c.sweep is not None
+                                 and key in (c.sweep.key, getattr(c.sweep.untried(self.state.tried), "key", None))), None)
             if cand is None:
                 raise UserError(f"recipe {recipe.id} has no candidate {key!r} for the best version; its candidates: "
                                 f"{', '.join(c.key for c in cands)}", hint=f"tileloop playbook apply {recipe.id} "
@@ -128,7 +134,8 @@ class Suggesting(Iteration):
 
     def step_recipe(self, cand: Candidate, optimization: str | None = None, hypothesis: str | None = None,
                     rationale: str = "", expected: str = ""):
-        """Apply `cand` to the target and evaluate it as this step; the tree must hold no other edit."""
+        """Apply `cand` to the target and evaluate it as this step, its sweep first where it carries one
+        (`loop.run.sweep`); the tree must hold no other edit."""
         self._check_position()
         others, new = self.integrity_violations()
         best = gitops.show_file(self.root, self.state.best_commit, self.state.target)
@@ -136,12 +143,4 @@ class Suggesting(Iteration):
         if edited or others or new:
             raise UserError(f"the tree has edits a recipe step would mix with its own: {', '.join((edited + others + new)[:8])}",
                             hint="step your edit with tileloop step --optimization, or undo it (git checkout -- FILE)")
-        optimization, hypothesis = optimization or cand.title, cand.hypothesis if hypothesis is None else hypothesis
-        n = self.state.last_iteration + 1
-        self.state.inflight = {"iteration": n, "stage": "apply", "key": cand.key, "optimization": optimization,
-                               "hypothesis": hypothesis, "recipe": cand.recipe}
-        self.save()
-        atomic_write_text(self.root / self.state.target, cand.source)
-        self.stage("apply")
-        return self.evaluate(optimization, hypothesis, cand.recipe, cand.key, rationale=rationale, expected=expected,
-                             kind=cand.kind)
+        return self.apply_candidate(cand, optimization, hypothesis, rationale, expected)

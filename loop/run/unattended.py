@@ -1,19 +1,19 @@
 """The unattended loop (`tileloop run`): one playbook candidate per iteration, proposed for the
-current best version, until a stop rule fires."""
+current best version, until a stop rule fires; a candidate that carries a sweep is one experiment
+with its sweep (`loop.run.sweep`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from loop import decide
-from loop.common.files import atomic_write_text
-from loop.run.iteration import Iteration
+from loop.run.sweep import Sweeping
 from loop.run.levers import analysis_of
 from playbook import Candidate, next_candidate
 from playbook.base import why_nothing
 
 
-class Unattended(Iteration):
+class Unattended(Sweeping):
     def run_loop(self, max_iters: int | None = None) -> decide.StopState:
         with self.hosting():
             return self._run_loop(max_iters)
@@ -43,13 +43,7 @@ class Unattended(Iteration):
                     why = why_nothing(src, an, self.state.tried, self.state.skip_recipes)
                 break
             self.progress_view.update(iteration=self.state.last_iteration + 1, change=cand.title)
-            self.log(f"#{self.state.last_iteration + 1} apply {cand.title} [{cand.recipe}]")
-            self.state.inflight = {"iteration": self.state.last_iteration + 1, "stage": "apply", "key": cand.key,
-                                   "optimization": cand.title, "hypothesis": cand.hypothesis, "recipe": cand.recipe}
-            self.save()
-            atomic_write_text(self.root / self.state.target, cand.source)
-            self.stage("apply")
-            self.evaluate(cand.title, cand.hypothesis, cand.recipe, cand.key, kind=cand.kind)
+            self.apply_candidate(cand, announce=True)  # its sweep first, where it carries one (loop.run.sweep)
             done_here += 1
         # an exhausted playbook says, per recipe, why it has nothing left: where a new recipe or an edit would go
         self.state.stopped = {**stop.to_json(), **({"recipes": why} if why else {})}

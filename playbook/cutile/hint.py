@@ -5,6 +5,10 @@
 * UPPERCASE power-of-two module constants passed to `ct.launch(...)` as kernel arguments
   (tile sizes, used by the grid too): x2.
 
+Each step carries a sweep (`playbook.recipe.Sweep`) that the loop times in one experiment: occupancy
+over every other allowed value (1..32, the step up first), a tile size over x2, x4, x8, x16 (up to
+MAX_TILE).
+
 Knobs that an autotune space of the target owns (`cutile-autotune`: its `_TUNE_SPACES` configs)
 are left to the tuner: a hand step on them would be overridden by, or fight, the tuned choice.
 """
@@ -16,10 +20,11 @@ import libcst as cst
 from playbook.analysis import Analysis
 from playbook.cst.constants import SetConstant, module_int_constants
 from playbook.cutile.tune_space import owned_knobs
-from playbook.recipe import Candidate, register
+from playbook.recipe import Candidate, register, with_sweep
 
 MAX_OCCUPANCY = 32
 MAX_TILE = 4096
+SWEEP_DOUBLINGS = 4  # tile sizes a sweep times: x2 .. x16
 
 
 def _is_ct_kernel(dec: cst.Decorator) -> bool:
@@ -105,21 +110,66 @@ class CuTileHint:
                 if occ is None or max(occ * 2, 2) > MAX_OCCUPANCY or "occupancy" in owned:
                     continue
                 new, old = max(occ * 2, 2), str(occ) if occ else "auto"
-                code = module.visit(_SetOccupancy(stmt.name.value, new)).code
-                out.append(Candidate(self.id, "occupancy", f"{self.id}:{stmt.name.value}.occupancy={new}",
-                                     f"{stmt.name.value} occupancy {old} -> {new}",
-                                     f"occupancy {old} -> {new}: more CTAs resident per SM to hide memory latency; expect "
-                                     f"large gains while blocks are latency-bound (one block per SM leaves bandwidth "
-                                     f"unused), none once bandwidth saturates or registers run out", code))
+                kernel = stmt.name.value
+                code = module.visit(_SetOccupancy(kernel, new)).code
+                cand = Candidate(self.id, "occupancy", f"{self.id}:{kernel}.occupancy={new}",
+                                 f"{kernel} occupancy {old} -> {new}",
+                                 f"occupancy {old} -> {new}: more CTAs resident per SM to hide memory latency; expect "
+                                 f"large gains while blocks are latency-bound (one block per SM leaves bandwidth "
+                                 f"unused), none once bandwidth saturates or registers run out", code)
+                values = occupancy_sweep(occ)
+                out.append(with_sweep(cand, f"{kernel} occupancy", old, f"{self.id}:{kernel}.occupancy",
+                                      [(v, f"{self.id}:{kernel}.occupancy={v}",
+                                        module.visit(_SetOccupancy(kernel, v)).code) for v in values],
+                                      f"occupancy {old} -> each of {{{','.join(map(str, values))}}}: the CTAs per SM "
+                                      f"that hide memory latency best without running out of registers"))
         consts = _LaunchConstants(module_int_constants(module))
         module.visit(consts)
         for name, value in consts.found.items():
             if value * 2 > MAX_TILE or name in owned:
                 continue
             code = module.visit(SetConstant(name, value * 2)).code
-            out.append(Candidate(self.id, "block", f"{self.id}:{name}={value * 2}", f"{name} {value} -> {value * 2}",
-                                 f"tile {value} -> {value * 2}: more data per block, fewer blocks; expect 5-40% while "
-                                 f"the kernel is latency-bound", code))
+            cand = Candidate(self.id, "block", f"{self.id}:{name}={value * 2}", f"{name} {value} -> {value * 2}",
+                             f"tile {value} -> {value * 2}: more data per block, fewer blocks; expect 5-40% while "
+                             f"the kernel is latency-bound", code)
+            values = tile_sweep(value)
+            out.append(with_sweep(cand, name, value, f"{self.id}:{name}",
+                                  [(v, f"{self.id}:{name}={v}", module.visit(SetConstant(name, v)).code)
+                                   for v in values],
+                                  f"tile {value} -> each of {{{','.join(map(str, values))}}}: more data per block, fewer "
+                                  f"blocks; expect 5-40% while the kernel is latency-bound, up to the size where "
+                                  f"registers spill"))
         for c in out:
-            cst.parse_module(c.source)
+            for s in [c.source] + [v.source for v in (c.sweep.values if c.sweep else ())]:
+                cst.parse_module(s)
         return out
+
+    def current_keys(self, source: str) -> list[str]:
+        """Keys of the values the source already has (occupancy stated on a kernel, tile constants at
+        the launch): a kept version's values are never proposed again, by a step or a sweep."""
+        module = cst.parse_module(source)
+        keys = []
+        for stmt in module.body:
+            if isinstance(stmt, cst.FunctionDef):
+                for dec in stmt.decorators:
+                    if _is_ct_kernel(dec) and (occ := _occupancy(dec)):
+                        keys.append(f"{self.id}:{stmt.name.value}.occupancy={occ}")
+        consts = _LaunchConstants(module_int_constants(module))
+        module.visit(consts)
+        return keys + [f"{self.id}:{name}={value}" for name, value in consts.found.items()]
+
+
+def occupancy_sweep(occ: int) -> list[int]:
+    """Occupancies a sweep times from `occ` (0: the compiler's choice): the step up first, then every
+    other allowed power of two, up before down."""
+    allowed = [1 << i for i in range(MAX_OCCUPANCY.bit_length())]
+    first = max(occ * 2, 2)
+    up = [v for v in allowed if v > max(occ, 1) and v != first]
+    down = [v for v in reversed(allowed) if v < occ or (occ == 0 and v == 1)]  # from auto, 1 comes last
+    return [first] + up + down
+
+
+def tile_sweep(value: int) -> list[int]:
+    """Tile sizes a sweep times from `value`: x2, x4, x8, x16 within MAX_TILE (smaller tiles are not swept:
+    the recipe only steps up)."""
+    return [value << i for i in range(1, SWEEP_DOUBLINGS + 1) if value << i <= MAX_TILE]

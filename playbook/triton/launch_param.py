@@ -36,7 +36,7 @@ from playbook.cst.kernels import has_loop, triton_kernels
 from playbook.cst.launch_values import COMPUTED, CONSTANT, LOCAL, UNKNOWN, LaunchValue, launch_values, value_of
 from playbook.cst.launches import Launch, triton_launches
 from playbook.cst.source import Skip, code_of, parse, walk
-from playbook.recipe import Candidate, PatternRecipe, off_path, off_path_reason, register
+from playbook.recipe import Candidate, PatternRecipe, off_path, off_path_reason, register, with_sweep
 
 LIMITS = {"num_warps": 16, "num_stages": 5, "block": 16384}
 FLOORS = {"num_warps": 1, "num_stages": 1, "block": 16}
@@ -44,6 +44,7 @@ DEFAULT_NUM_STAGES = 3  # Triton 3.6: CUDAOptions.num_stages, and TileIROptions.
 ADDED_NUM_STAGES = DEFAULT_NUM_STAGES + 1
 MAX_WARPS = 32  # Triton's limit on num_warps: a scaled computed value is clamped to it
 FACTORS = (Fraction(1, 8), Fraction(8))  # how far a computed num_warps is scaled, down and up
+SWEEP_DOUBLINGS, SWEEP_HALVINGS = 4, 2  # block sizes a sweep times up (x2 .. x16) and, as a second thought, down
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,34 @@ def _jumps(site: Site) -> list[int]:
     return [v for v in values if FLOORS[site.kind] <= v <= LIMITS[site.kind]]
 
 
+def _sweep_values(site: Site, new: int, tier: int, climbs: bool) -> list[int]:
+    """The values a step's sweep times, the step's own first; [] for a step that sweeps nothing.
+    Block sizes: the step up and three more doublings, within the limit; the step down (a second
+    thought) and one more halving, within the floor. num_warps and num_stages: every other allowed
+    value, up first, on the step up (or on the step down of a value at its limit)."""
+    if tier == 2 or (tier == 1 and climbs and site.kind != "block"):
+        return []
+    if site.kind == "block":
+        factor = 2 if new > site.value else 0.5
+        values = [int(new * factor ** i) for i in range(SWEEP_DOUBLINGS if factor == 2 else SWEEP_HALVINGS)]
+        return [v for v in values if FLOORS["block"] <= v <= LIMITS["block"]]
+    allowed = ([FLOORS["num_warps"] << i for i in range(LIMITS["num_warps"].bit_length())] if site.kind == "num_warps"
+               else list(range(FLOORS["num_stages"], LIMITS["num_stages"] + 1)))
+    up = [v for v in allowed if v > site.value]
+    down = [v for v in reversed(allowed) if v < site.value]
+    return [new] + [v for v in (up + down if new > site.value else down + up) if v != new]
+
+
+def _rewrite(module: cst.Module, site: Site, new: int) -> str:
+    """The target with `site` set to `new` (at the module constant, or the literal itself); it must parse."""
+    if site.constant:
+        code = module.visit(SetConstant(site.constant, new)).code
+    else:
+        code = replace(module, {site.literal: cst.Integer(str(new))}).code
+    cst.parse_module(code)
+    return code
+
+
 def _prev_value(site: Site) -> int | None:
     """One step down: after climbing, the best point may lie between; never below the floors."""
     new = site.value - 1 if site.kind == "num_stages" else site.value // 2
@@ -197,18 +226,19 @@ class LaunchParam(PatternRecipe):
         for site, new, tier in steps:
             if new is None:
                 continue
-            if site.constant:
-                rewritten = module.visit(SetConstant(site.constant, new)).code
-            else:
-                rewritten = replace(module, {site.literal: cst.Integer(str(new))}).code
+            rewritten = _rewrite(module, site, new)
             if rewritten == source:
                 continue
-            cst.parse_module(rewritten)  # the rewrite must parse
             label = site.constant or site.local or site.kw
-            out.append(Candidate(self.id, site.kind, f"{self.id}:{site.kw}={new}", f"{label} {site.value} -> {new}",
-                                 hypothesis(site.kind, site.value, new, new > site.value)
-                                 + (" (a two-step move, tried after every one-step move)" if tier == 2 else ""),
-                                 rewritten, tier))
+            cand = Candidate(self.id, site.kind, f"{self.id}:{site.kw}={new}", f"{label} {site.value} -> {new}",
+                             hypothesis(site.kind, site.value, new, new > site.value)
+                             + (" (a two-step move, tried after every one-step move)" if tier == 2 else ""),
+                             rewritten, tier)
+            values = _sweep_values(site, new, tier, _next_value(site) is not None)
+            out.append(with_sweep(cand, label, site.value, f"{self.id}:{site.kw}",
+                                  [(v, f"{self.id}:{site.kw}={v}", _rewrite(module, site, v)) for v in values],
+                                  hypothesis(site.kind, site.value, "{" + ",".join(map(str, values)) + "}",
+                                             new > site.value)))
         return out
 
     def _computed_warps(self, module: cst.Module, launch: Launch, value: LaunchValue) -> list[Candidate]:
