@@ -58,19 +58,24 @@ def test_a_sampler_that_skips_timed_calls_is_refused(tmp_path, env):
     assert "audited timed request" in raw["message"] and "NaN" in raw["message"]
 
 
-def test_work_done_only_when_audited_is_refused(tmp_path, env):
+def test_under_the_interpreter_every_sample_is_audited(tmp_path, env):
+    """Work done only when audited is work done at every sample: there is no sample no one checked
+    (on a GPU, where a few requests are audited, the same candidate is refused: test_adversaries)."""
     raw = judged(tmp_path, ADVERSARIES / "work_when_audited.py")
-    assert raw["status"] == "uncorroborated" and raw["failed_impl"] == "candidate", raw
-    assert "the samples no one checked did less work" in raw["message"]
+    assert raw["status"] == "ok", raw
+    (shape,) = raw["timing"]["shapes"]
+    for label, rc in shape["recheck"].items():
+        assert rc["ok"] and rc["audits"] == shape["impls"][label]["nrep"] >= 6, (label, rc, shape["impls"][label])
 
 
 def test_an_honest_candidate_passes_its_audits(tmp_path, env):
     raw = judged(tmp_path, Path(__file__).parent.parent / "kernels" / "vector_add" / "vector_add_triton.py")
     assert raw["status"] == "ok", raw
     shape = raw["timing"]["shapes"][0]
-    for label in ("incumbent", "candidate"):
-        assert shape["recheck"][label] == {"ok": True, "audits": 3}
-        assert shape["corroboration"]["labels"][label]["audits"] == 3
+    for label in ("incumbent", "candidate"):  # under the interpreter, every sample
+        n = shape["impls"][label]["nrep"]
+        assert shape["recheck"][label] == {"ok": True, "audits": n} and n >= 6
+        assert shape["corroboration"]["labels"][label]["audits"] == n
 
 
 RETURNS_NEW = '''
@@ -94,7 +99,8 @@ def _returning(tmp_path: Path, tail: str = "") -> Path:
 def test_a_kernel_that_returns_its_output_is_audited_on_what_it_returned(tmp_path, env):
     raw = judged(tmp_path / "judged", _returning(tmp_path))
     assert raw["status"] == "ok", raw
-    assert raw["timing"]["shapes"][0]["recheck"]["candidate"] == {"ok": True, "audits": 3}
+    shape = raw["timing"]["shapes"][0]
+    assert shape["recheck"]["candidate"] == {"ok": True, "audits": shape["impls"]["candidate"]["nrep"]}
 
 
 SKIP_SAMPLED = '''

@@ -9,7 +9,10 @@ timed request is audited:
   poisoned, set after set, by the judge (no L2 flush: one left L2 full
   of dirty lines, and audited graph samples ran up to 8% slower than the rounds' on an H100; written
   in set order, L2 holds the last sets, as after a replay of the rounds);
-- one sample is asked for, as in the rounds, timed on the judge's clock;
+- one sample is asked for, as in the rounds, timed on the judge's clock from the moment its inputs
+  are handed over (an empty request, if any, comes before the inputs are written: between the
+  writes and the audited request the kernel process is stopped, and no request is untimed); its
+  timed calls must have launched the target's kernels;
 - right after the answer the judge reads what the timed calls wrote, where they wrote it (its own
   memory, or the kernel process's by IPC handle; under the interpreter a copy into the judge's
   slots, which the judge's clock sees): every set the graph used must be written (no NaN left of the
@@ -29,7 +32,7 @@ import time
 from loop.common.harness import Harness
 from loop.common.outputs import as_outputs, compare_outputs, poison
 from loop.judge.bridge import Bridge
-from loop.judge.kernel_process import KernelFailure, KernelProcess, sample_times
+from loop.judge.kernel_process import KernelFailure, KernelProcess, require_launches, sample_times
 
 AUDITS = {"cuda": 4, "cpu": 3}  # audited requests per implementation and shape
 MIN_AUDITS = 2  # ... however slow the spec's make_inputs
@@ -56,10 +59,11 @@ class Auditor:
     (their shapes size the slots and bound what the judge maps)."""
 
     def __init__(self, torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], live: list[dict],
-                 point: tuple, refs: list, device: str, set_s: float = 0.0):
+                 point: tuple, refs: list, device: str, set_s: float = 0.0, targets: set[str] = frozenset()):
         self.torch, self.harness, self.bridge, self.kernels = torch, harness, bridge, kernels
         self.live, self.point, self.refs, self.device = live, point, refs, device
         self.set_s = set_s  # seconds the spec's make_inputs took per input set
+        self.targets = targets  # the labels whose timed calls must launch their own kernels
         self.rng = random.SystemRandom()
         self.used, self.method, self.calls = 1, "interpreter_wallclock", 1
         self.graph_outputs: dict[str, list[list]] = {}  # label -> per set, the graph's outputs mapped here
@@ -130,6 +134,11 @@ class Auditor:
         """One audited sample of `label` (staged before the round): {sample_ms, claim_ms, wall_ms, ok, reason}."""
         torch, harness = self.torch, self.harness
         fresh, eager_set, refs = self.staged.pop(label)
+        kernel = self.kernels[label]
+        # an empty request first, BEFORE the inputs are written: the first request after a wait takes
+        # longer (seen on an H100: 0.3-0.5 ms more than an empty request of the rounds); from here on the
+        # kernel process is stopped until the audited request, which it cannot tell from the rounds' ones
+        kernel.request({"op": "sample", "first": 0, "n": 1, "empty": True}, label)
         for j in range(self.used):  # fresh inputs copied in and outputs poisoned, set after set
             for name, value in fresh[j].items():
                 if isinstance(value, torch.Tensor) and name not in harness.outputs:
@@ -141,16 +150,11 @@ class Auditor:
         del fresh
         for t in self.slots[0] if self.slots else []:
             poison(torch, t)
+        started = time.perf_counter()  # the audited request is timed from the moment its inputs are handed over
         self.bridge.handover()
-        kernel = self.kernels[label]
-        # an empty request first: the kernel process has waited while the judge wrote the inputs, and
-        # the first request after a wait takes longer (seen on an H100: 0.3-0.5 ms more than an empty
-        # request of the rounds); the audited request then starts as one of the rounds
-        kernel.request({"op": "sample", "first": 0, "n": 1, "empty": True}, label)
-        started = time.perf_counter()
         answer = kernel.request({"op": "sample", "first": eager_set, "n": 1,
                                  "audit": {"slots": self.slots[1] if self.slots else []}}, label)
-        wall = (time.perf_counter() - started) * 1e3
+        wall = (kernel.answered_at - started) * 1e3
         sample = sample_times(answer, 1, label)[0]
         row = {"sample_ms": sample, "claim_ms": sample * self.calls, "wall_ms": wall, "ok": True, "reason": ""}
         self.bridge.label = label
@@ -159,7 +163,10 @@ class Auditor:
         else:
             written = {eager_set: self.bridge.outputs(answer.get("outputs"), self.slots[0] if self.slots else [],
                                                       self.live[eager_set], self.most)}
-        return {**row, **self._judged(written, refs)}
+        row.update(self._judged(written, refs))
+        if row["ok"] and label in self.targets:  # wrong outputs first (the stronger verdict), then how they came
+            require_launches(answer, 1, label)
+        return row
 
     def _judged(self, written: dict[int, list], refs: dict[int, list]) -> dict:
         """Every set's outputs written (no poison left), the chosen ones equal to the reference."""

@@ -191,6 +191,18 @@ def sample_times(answer: dict, n: int, label: str) -> list[float]:
     return [time_of({"ms": x}, "ms", label) for x in ms]
 
 
+def require_launches(answer: dict, n: int, label: str) -> None:
+    """Every one of the `n` samples of a (non-empty) timed request launched at least one of the
+    target's kernels (`loop.worker.launches`), or the implementation is refused: its timed calls
+    did not run its kernels (a candidate that calls torch instead)."""
+    counts = answer.get("launches")
+    if not isinstance(counts, list) or len(counts) != n:
+        raise KernelFailure("runtime_error", label, f"the kernel process reported launches {str(counts)[:80]} for {n} sample(s)")
+    if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in counts):
+        raise KernelFailure("uncorroborated", label, "a timed request launched none of the target's kernels "
+                            f"(launches per sample: {counts[:8]}): the timed calls must run the target's own kernels")
+
+
 def time_of(answer: dict, key: str, label: str) -> float:
     """A positive finite number from a kernel process's answer, or its failure."""
     value = answer.get(key)

@@ -2,7 +2,12 @@
 interpreter's `InterpretedFunction.run`; autotuners and heuristics end there) and cuTile
 (`cuda.tile.launch`) are watched while the checks run, and the target's own kernels (defined in its
 module) that launched are recorded by name; so are the target's host functions that were called
-(its module's functions and the methods of its classes, wrapped for the time of the checks)."""
+(its module's functions and the methods of its classes, wrapped for the time of the checks).
+
+While timed, a recorder without the host watch (`host=False`) counts the launches of every timed
+request (`count`), so that the judge refuses timed calls that launched none of the target's
+kernels (a candidate that calls torch instead). A target that defines no kernel of its own (an op
+module whose kernels live elsewhere) has every Triton or cuTile launch counted instead."""
 
 from __future__ import annotations
 
@@ -29,8 +34,10 @@ class LaunchRecorder(contextlib.AbstractContextManager):
     """Records the launches of `target`'s own kernels; for a stand-in that is not a module (torch eager,
     torch.compile), nothing: it has no kernels of its own."""
 
-    def __init__(self, target, language: str):
+    def __init__(self, target, language: str, host: bool = True):
         self.active = isinstance(target, types.ModuleType)
+        self.host = host
+        self.count = 0  # launches of the target's kernels (of any kernel, when it defines none)
         self._target = target
         self.module_name = target.__name__ if self.active else None
         self.language = language
@@ -51,6 +58,9 @@ class LaunchRecorder(contextlib.AbstractContextManager):
         name, module = _name_of(fn)
         if name and module == self.module_name:
             self.launched.add(name)
+            self.count += 1
+        elif not self.kernels:
+            self.count += 1
 
     def _patch(self, owner, attr: str, make) -> None:
         real = vars(owner)[attr] if isinstance(owner, type) else getattr(owner, attr)  # a class's own, descriptors kept
@@ -82,7 +92,8 @@ class LaunchRecorder(contextlib.AbstractContextManager):
         recorder = self
         if not self.active:
             return self
-        self._watch_host_calls(self._target)
+        if self.host:
+            self._watch_host_calls(self._target)
         if self.language == "triton":
             from triton.runtime.jit import JITFunction
 

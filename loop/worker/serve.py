@@ -15,7 +15,8 @@ object each:
   prepare  input sets for timing, warm-up -> {call_ms, peak_mem_mb}
   capture  a CUDA graph of `calls` calls, one per input set -> {captured, outputs: where each set's
            outputs are}; eager: time without a graph, over the first `sets` input sets
-  sample   `n` timed samples -> {ms: [...]} (per call), or empty ones (their overhead); the judge
+  sample   `n` timed samples -> {ms: [...], launches: [...]} (per call; the target's kernels each
+           sample launched), or empty ones (their overhead); the judge
            interleaves the processes' requests and times each on its own clock; an audited sample
            also says where the outputs of the set it used are (`audit`)
   tuned    the configs a run-time tuner picked while timed
@@ -29,7 +30,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from loop.common import arena, ipc, timing
@@ -62,6 +63,8 @@ class KernelSide:
         self.recorders: dict[str, LaunchRecorder] = {}
         self.sampler: Sampler | None = None
         self.tuned_before: dict = {}
+        self.counter: LaunchRecorder | None = None  # launches per timed request (`prepare` on)
+        self.graph_launches = 0
         self.clock = None
         self.watch = timer_identities(torch)  # before any kernel code is imported
         self.marks["torch"] = time.time()
@@ -179,12 +182,16 @@ class KernelSide:
         label = msg["label"]
         sets = [self.inputs(s) for s in msg["sets"]]
         self.tuned_before = tuned_configs(self.modules[label])
+        if self.counter is None and isinstance(self.modules[label], ModuleType):
+            self.counter = LaunchRecorder(self.modules[label], "cutile" if self.backend == "cutile" else "triton",
+                                          host=False).__enter__()  # on for the rest of this process
         self.sampler = Sampler(self.torch, self.clock, self.device, label, self.spec.entry(self.modules[label]), sets)
         return self.sampler.prepare()
 
     def capture(self, msg: dict) -> dict:
-        t = self.sampler
+        t, before = self.sampler, self.launches()
         answer = t.capture(int(msg["calls"]))
+        self.graph_launches = self.launches() - before  # what a replay launches (it runs no Python)
         if answer["captured"]:  # the graph's outputs stay where they are from replay to replay
             answer["outputs"] = {str(j): self.deliver(t.label, t.last[j], s, [], in_place=True)
                                  for j, s in enumerate(t.sets)}
@@ -199,13 +206,21 @@ class KernelSide:
         also says where the set it used has its outputs (eagerly on a GPU: by IPC handle; under the
         interpreter: copied into the judge's slots)."""
         t, first, empty = self.sampler, int(msg["first"]), bool(msg.get("empty"))
-        answer: dict = {"ms": [t.sample(first + i, empty) for i in range(int(msg.get("n", 1)))]}
+        answer: dict = {"ms": [], "launches": []}
+        for i in range(int(msg.get("n", 1))):
+            before = self.launches()
+            answer["ms"].append(t.sample(first + i, empty))
+            answer["launches"].append(self.graph_launches if t.graph is not None and not empty
+                                      else self.launches() - before)
         audit = msg.get("audit")
         if isinstance(audit, dict) and t.graph is None:
             j = first % len(t.sets)
             slots = [arena.view(self.torch, self.arenas, d) for d in audit.get("slots") or []]
             answer["outputs"] = self.deliver(t.label, t.last[j], t.sets[j], slots, in_place=self.device == "cuda")
         return answer
+
+    def launches(self) -> int:
+        return self.counter.count if self.counter is not None else 0
 
     def tuned(self, msg: dict) -> dict:
         """The configs a run-time tuner picked during the timing, and the timer watch."""
