@@ -4,6 +4,7 @@ command prints (schema `tileloop.cli/1`), and the summaries of a record and of a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -13,9 +14,10 @@ from pathlib import Path
 
 from loop import decide
 from loop.records import gitops
-from loop.records.perf_table import Row
+from loop.records.perf_table import Row, one_line
 from loop.records.results import Record
 from loop.run import state as st
+from loop.run.progress import latency_text
 from playbook.analysis import analyze
 from playbook.hazards import scan
 
@@ -108,6 +110,12 @@ def row_json(r: Row) -> dict:
     return {**r.to_json(), "latency_ms": number(r.latency_ms), "incumbent_ms": number(r.incumbent_ms)}
 
 
+def uncut(row: Row, hypothesis: str, decision: str) -> Row:
+    """`row` with its hypothesis and decision whole (on one line): the table shortens them to fit its
+    columns, JSON never cuts."""
+    return dataclasses.replace(row, hypothesis=one_line(hypothesis), decision=one_line(decision))
+
+
 def status_payload(exp) -> dict:
     """Where a run stands (init, status, run, resume, demo)."""
     s = exp.state
@@ -143,11 +151,45 @@ def classify(exp) -> tuple[str | None, list[str]]:
     return an.kernel_class, an.reasons()
 
 
+def stop_line(stop: dict, run_id: str, mode: str) -> str:
+    """Where the stop rules stand, in one line: why the run stopped, or, when no rule fires, how it goes on."""
+    if stop["state"] != "continue":
+        return f"stopped: {stop['state']}: {stop['reason']}"
+    how = f"tileloop resume --run {run_id}" if mode == "run" else "an edit of the target, then tileloop step"
+    return f"not stopped: no stop rule fires yet; {how} goes on"
+
+
+def status_text(p: dict, mode: str) -> str:
+    """`tileloop status` for a person: one line per fact, no Python dicts."""
+    backends = "; ".join(name if b.get("available") else f"{name} unavailable ({b.get('reason') or 'no reason given'})"
+                         for name, b in p["backends"].items())
+    counts = {o: p["outcomes"].count(o) for o in dict.fromkeys(p["outcomes"])}
+    inflight = p["inflight"]
+    lines = [f"run: {p['run']} on branch {p['branch']}" + (f" (runs here: {', '.join(p['runs'])})" if len(p["runs"]) > 1 else ""),
+             f"target: {p['target']} (kernel class: {p['kernel_class'] or 'unknown'}"
+             + (f"; {'; '.join(p['kernel_class_reasons'])})" if p["kernel_class_reasons"] else ")"),
+             f"device: {p['device']}; timings: {p['timings']}; target backend: {p['target_backend']}; backends: {backends}",
+             "architectures compiled for: " + (", ".join(p["archs"]) or "none"),
+             "best: " + (f"{p['best_commit'][:12]} at {latency_text(p['best_latency_ms'])}" if p["best_latency_ms"] is not None
+                         else f"{p['best_commit'][:12]} (not timed)" if p["best_commit"] else "no baseline yet"),
+             f"iterations: {p['iterations']}" + (" (" + ", ".join(f"{n} {o}" for o, n in counts.items()) + ")" if counts else ""),
+             "in flight: " + (f"iteration {inflight.get('iteration')} at stage {inflight.get('stage')}: {inflight.get('optimization', '')}"
+                              if inflight else "nothing"),
+             stop_line(p["stop"], p["run"], mode)]
+    if p["skip_recipes"]:
+        lines.append("recipes skipped: " + ", ".join(p["skip_recipes"]))
+    if p["harness"]:
+        lines.append("harness: " + "; ".join(f"{k}: {v}" for k, v in p["harness"].items()))
+    lines += [f"hazard: line {h['line']}: {h['message']} ({h['severity']}, {h['code']})" for h in p["hazards"]]
+    lines.append(f"perf_results: {p['perf_results']}")
+    return "\n".join(lines)
+
+
 def finish_run(args, exp, stop, **extra) -> int:
     """What `run`, `resume` and `demo` print when the loop stops: the status, the stop and every record."""
     recs = exp.records()
     emit(args, {**status_payload(exp), "stop": stop.to_json(), **extra, "records": [record_summary(r) for r in recs]},
-         exp.perf_path.read_text() + f"\nstopped: {stop.state}: {stop.reason}")
+         exp.perf_path.read_text() + "\n" + stop_line(stop.to_json(), exp.state.run_id, exp.state.mode))
     return 0
 
 

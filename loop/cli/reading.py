@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loop.cli.common import common, emit, record_summary, row_json, status_payload
+from loop.cli.common import common, emit, record_summary, row_json, status_payload, status_text, uncut
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.records import experience, gitops, history, report
-from loop.records.perf_table import Row, markdown_table, render_table
+from loop.records.perf_table import Row, decision_text, markdown_table, render_table
 from loop.run import state as st
 from loop.run.experiment import open_run
 from loop.tools.final import measure_final
@@ -41,8 +41,7 @@ def add_experience(sub) -> None:
 def cmd_status(args, settings) -> int:
     exp = open_run(args.run, settings)
     p = status_payload(exp)
-    text = "\n".join(f"{k}: {v}" for k, v in p.items() if k != "backends")
-    emit(args, p, text)
+    emit(args, p, status_text(p, exp.state.mode))
     return 0
 
 
@@ -55,18 +54,38 @@ def cmd_history(args, settings) -> int:
             raise UserError(f"branch {branch!r} has no tileloop experiments")
         run_id = found[-1][2]["Tileloop-Run"]
     else:
-        s = st.load(root, st.current(root, args.run))
+        s = _run_state(root, args.run)
         branch, run_id = s.branch, s.run_id
-    rows = history.rows(root, run_id, branch)
-    emit(args, {"run": run_id, "branch": branch, "rows": [row_json(r) for r in rows]}, render_table(rows))
+    found = history.experiments(root, run_id, branch)
+    rows = [history.row_from_trailers(sha, t) for sha, t in found]
+    whole = [uncut(r, t.get("Tileloop-Hypothesis", ""), t.get("Tileloop-Decision", "")) for r, (_, t) in zip(rows, found)]
+    emit(args, {"run": run_id, "branch": branch, "rows": [row_json(r) for r in whole]}, render_table(rows))
     return 0
+
+
+def _run_state(root: Path, run_id: str | None) -> st.RunState:
+    """The run's state in sandbox/; where there is none (a clone: sandbox/ is never committed), an error
+    that says how to read a run from its branch, naming the run branches git has."""
+    try:
+        return st.load(root, st.current(root, run_id))
+    except UserError as exc:
+        if st.list_runs(root):
+            raise
+        heads = gitops.refs_under(root, "refs/heads/tileloop") | gitops.refs_under(root, "refs/remotes")
+        names = [ref.split("/", 2)[2] for ref in heads if ref.startswith("refs/heads/tileloop/") or "/tileloop/" in ref]
+        found = f" (run branches here: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})" if names else ""
+        raise UserError(f"{exc.message}: sandbox/ is never committed, so a clone has none; a run's history is "
+                        f"rebuilt from its branch: tileloop history --branch tileloop/<run>{found}",
+                        hint="the reverted experiments live under refs/tileloop/<run>/; fetch them too with "
+                             "git fetch origin 'refs/tileloop/*:refs/tileloop/*'") from None
 
 
 def cmd_results(args, settings) -> int:
     exp = open_run(args.run, settings)
     recs = exp.records()
     emit(args, {"run": exp.state.run_id, "perf_results": str(exp.perf_path.relative_to(exp.root)),
-                "rows": [row_json(Row.from_record(r)) for r in recs], "records": [record_summary(r) for r in recs]},
+                "rows": [row_json(uncut(Row.from_record(r), r.hypothesis, decision_text(r.decision))) for r in recs],
+                "records": [record_summary(r) for r in recs]},
          exp.perf_path.read_text() if exp.perf_path.exists() else "(no results yet)")
     return 0
 
