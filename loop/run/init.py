@@ -41,6 +41,8 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     after its baseline is continued by `tileloop resume`, not left waiting for an agent's step."""
     root = gitops.find_root(Path.cwd())
     target_rel, spec_rel, language, op, archs = _target(target, root, harness, target_backend, archs)
+    if language == "cutile" and device == "cpu" and harness is None:
+        raise _no_gpu(language, target_rel, "--device cpu")
     live = in_progress(root, str(target_rel))
     if live is not None and branch is None:
         raise UserError(f"a run of {target_rel} is in progress: {describe(live)}",
@@ -61,8 +63,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     log(f"probing the environment ({device})")
     env = probe.probe_environment(root, settings)
     if device == "cuda" and not env.get("cuda_available"):
-        raise UserError(f"no GPU available: {env.get('cuda_reason')}",
-                        hint="pass --device cpu to run the loop under the Triton interpreter")
+        raise _no_gpu(language, target_rel, env.get("cuda_reason"))
     avail, chosen = _choose_backend(names, env, language, device, target_backend, harness is not None)
     if harness is None:
         _require_checked(target_rel, device, settings, root, log)
@@ -75,6 +76,16 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
                         harness=harness.to_json() if harness else None, skip_recipes=list(skip_recipes or []),
                         mode=mode)
     return _start(root, state, settings, log)
+
+
+def _no_gpu(language: str, target_rel: Path, reason) -> UserError:
+    """A run without a GPU: a Triton target runs under the interpreter; a cuTile target has none, so
+    the refusal names what works here instead."""
+    if language != "cutile":
+        return UserError(f"no GPU available: {reason}", hint="pass --device cpu to run the loop under the Triton interpreter")
+    return UserError(f"a cuTile target runs on a GPU only ({reason}): cuTile has no CPU interpreter",
+                     hint=f"what works here: tileloop check {target_rel} (the spec and the build), tileloop compile "
+                          f"{target_rel} --arch sm_90,sm_100, tileloop playbook plan {target_rel}")
 
 
 def in_progress(root: Path, target_rel: str) -> st.RunState | None:

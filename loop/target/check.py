@@ -8,8 +8,11 @@ reference and the kernel at every correctness shape and dtype, every output, flo
 and, with `archs`, the ahead-of-time build for each architecture (also when the only problem is a
 construct the Triton interpreter cannot run: the build is then the CPU's proof that it compiles).
 A kernel of the target that no checked shape launches is a warning: a change to it could not be
-seen by the correctness checks. `tileloop init` runs the same checks (without the build, which its
-baseline makes) and refuses to start on any problem.
+seen by the correctness checks. Without a GPU (a cuTile target, or a Triton target checked for the
+GPU), what needs none is checked (make_inputs and the reference on the CPU, the spec's contract, the
+build) and one warning says that the kernel itself was not run, why, and the command that runs it.
+`tileloop init` runs the same checks (without the build, which its baseline makes) and refuses to
+start on any problem.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
     if root is None:
         root = gitops.root_or_folder(path.parent)
     out: dict = {"target": str(target), "device": device, "archs": archs, "problems": [], "warnings": [],
-                 "kernels": [], "launched": []}
+                 "kernels": [], "launched": [], "kernel_run": True}
     try:
         kernel = load_kernel(path, root, names=False)  # the worker names every missing name, with the rest
     except UserError as exc:
@@ -73,9 +76,12 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
     out.update(target=str(kernel.target), spec=str(kernel.spec), language=kernel.language)
     log(f"checking {kernel.target} with {kernel.spec} ({device})")
     interpreter_only = _dynamic(kernel, device, settings, out)
-    if archs and (not out["problems"] or interpreter_only):  # what the interpreter cannot run, a GPU compiler may
+    built = bool(archs) and (not out["problems"] or interpreter_only)  # what the interpreter cannot run, a GPU may
+    if built:
         log(f"building {kernel.target} ahead of time for {', '.join(archs)}")
         _build(kernel, archs, settings, out)
+    if not out["kernel_run"]:
+        out["warnings"].insert(0, _not_run(kernel, str(target), device, archs if built else []))
     return _done(out)
 
 
@@ -90,18 +96,27 @@ def _backend(kernel: Kernel, device: str) -> str:
     return "interpreter" if device == "cpu" else "ptx"
 
 
+def _not_run(kernel: Kernel, shown: str, device: str, archs: list[str]) -> dict:
+    """The one line that says the kernel itself was not run here, why, and what would run it."""
+    why = "cuTile kernels run on a GPU only" if kernel.language == "cutile" else "no GPU is visible here"
+    if kernel.language == "cutile" and device == "cuda":
+        why += ", and none is visible here"
+    checked = "make_inputs and the reference on the CPU, the spec's contract" + (
+        f", the ahead-of-time build for {', '.join(archs)}" if archs else "")
+    fix = (f"tileloop check {shown} on a machine with a GPU runs it" if kernel.language == "cutile" else
+           f"tileloop check {shown} --device cpu runs it under the Triton interpreter; on a machine with a GPU, "
+           f"tileloop check {shown}")
+    return problem(f"the kernel itself was not run: {why} (checked: {checked})", str(kernel.target), fix)
+
+
 def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool:
-    """The check job, in a worker; True when its only problem is what the Triton interpreter cannot run."""
+    """The check job, in a worker; True when its only problem is what the Triton interpreter cannot run.
+    `out["kernel_run"]` says whether the kernel itself ran (not for cuTile on the CPU, nor without a GPU)."""
     backend = _backend(kernel, device)
     job = {"mode": "check", "spec": str(kernel.spec_abs), "target": str(kernel.target_abs),
            "target_dir": str(kernel.target_abs.parent), "language": kernel.language, "backend": backend,
-           "device": "cuda" if kernel.language == "cutile" and device == "cuda" else device,
-           "run_kernels": not (kernel.language == "cutile" and device == "cpu"),
+           "device": device, "run_kernels": not (kernel.language == "cutile" and device == "cpu"),
            "spec_shown": str(kernel.spec), "target_shown": str(kernel.target)}
-    if kernel.language == "cutile" and device == "cpu":
-        job["device"] = "cpu"
-        out["warnings"].append(problem("cuTile kernels run on a GPU only: checked here are the spec's side and the "
-                                       "ahead-of-time build", str(kernel.target), "tileloop check --device cuda on a GPU"))
     with tempfile.TemporaryDirectory(prefix="tileloop-check-") as tmp:
         raw = run_worker(Path(tmp), job, backend_registry.get(backend), settings, Path(tmp) / "cache", name="check")
     if raw.get("status") != "ok":
@@ -109,11 +124,12 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool
         out["problems"].append(problem(f"the check worker failed: {raw.get('status')}: {raw.get('message')}",
                                        str(kernel.target), tail[-1][:300] if tail else ""))
         return False
+    out["kernel_run"] = job["run_kernels"] and not raw.get("no_gpu")
     out["problems"] += grouped(raw["problems"])
     out["warnings"] += grouped(raw.get("warnings", []))
     out["kernels"], out["launched"] = raw.get("kernels", []), raw.get("launched", [])
     unreached = [k for k in out["kernels"] if k not in out["launched"]]
-    if unreached and job["run_kernels"] and not raw["problems"]:
+    if unreached and out["kernel_run"] and not raw["problems"]:
         out["warnings"].append(problem(f"no checked shape launches {', '.join(unreached)}", str(kernel.target),
                                        "a change to it cannot be checked: add a shape that reaches it, or it is not "
                                        "part of this entry point"))

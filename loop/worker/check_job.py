@@ -35,9 +35,14 @@ INTERPRETER_HINT = ("the outputs were not compared on the CPU: check on a GPU (t
 def check_job(job: dict) -> dict:
     import torch
 
-    device = job["device"]
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("worker asked for cuda but no CUDA device is visible")
+    device, no_gpu = job["device"], False
+    if device == "cuda" and not torch.cuda.is_available():  # the spec's side on the CPU, the kernel not run
+        device, no_gpu, job = "cpu", True, {**job, "run_kernels": False}
+    result = _check(torch, job, device)
+    return {**result, "no_gpu": True} if no_gpu else result
+
+
+def _check(torch, job: dict, device: str) -> dict:
     spec_lines = Lines(Path(job["spec"]), job["spec_shown"])
     target_lines = Lines(Path(job["target"]), job["target_shown"])
     sys.path.insert(0, job["target_dir"])
@@ -51,7 +56,7 @@ def check_job(job: dict) -> dict:
         return {"status": "ok", "problems": [problem(f"the spec does not import: {type(exc).__name__}: {exc}",
                                                      spec_lines.of_exception(exc))]}
     problems = spec_problems(torch, module, spec_lines)
-    warnings = _unchecked_dtypes(torch, module, device, spec_lines)
+    warnings = _unchecked_dtypes(torch, module, device, spec_lines) if job.get("run_kernels", True) else []
     unfilled, estimated = template_sizes(spec_lines)  # named, but they keep nothing else from running
     warnings += estimated
     try:
@@ -66,9 +71,10 @@ def check_job(job: dict) -> dict:
                                 "inputs", spec_lines.of("ENTRY"), "name it with ENTRY = '<function>', or write an "
                                 "adapter entry(target, **inputs) in the spec"))
     if problems:  # the spec is not whole, or there is nothing to call: run what can run
-        if target is not None and job.get("run_kernels", True):
+        if target is not None or not job.get("run_kernels", True):  # without the kernel: make_inputs, reference
             fail = lambda exc, where: _kernel_failure(exc, where, device, target_lines)  # noqa: E731
-            problems += one_interpreter_limit(partial_checks(torch, module, target, device, spec_lines, fail))
+            kernel = target if job.get("run_kernels", True) else None
+            problems += one_interpreter_limit(partial_checks(torch, module, kernel, device, spec_lines, fail))
         return {"status": "ok", "problems": problems + unfilled, "warnings": warnings}
     spec = Spec(torch, module)
     recorder = LaunchRecorder(target, job["language"])
@@ -79,7 +85,7 @@ def check_job(job: dict) -> dict:
     problems += _sized(spec, spec_lines)
     interpreter_only = bool(problems) and all("limit" in p for p in problems)
     problems = one_interpreter_limit(problems) + unfilled
-    if not any(d != "bfloat16" or device != "cpu" for d in spec.dtypes):
+    if job.get("run_kernels", True) and not any(d != "bfloat16" or device != "cpu" for d in spec.dtypes):
         problems.append(problem("nothing was checked: the Triton interpreter runs float16 and float32, and DTYPES "
                                 "holds bfloat16 only", spec_lines.of("DTYPES"),
                                 "add torch.float16 to DTYPES to check on the CPU, or check on a GPU"))
@@ -98,7 +104,8 @@ def _unchecked_dtypes(torch, module, device: str, lines: Lines) -> list[dict]:
 def _run_checks(harness: Harness, target, entry, device: str, job: dict, spec_lines: Lines,
                 target_lines: Lines) -> list[dict]:
     spec, out = harness.spec, []
-    dtypes = [d for d in spec.dtypes if not (device == "cpu" and d == "bfloat16")]
+    # the interpreter has no bfloat16; the spec's side alone (no kernel run) is torch's, which has
+    dtypes = [d for d in spec.dtypes if not (device == "cpu" and d == "bfloat16" and job.get("run_kernels", True))]
     for dtype in dtypes:
         for shape in spec.correctness_shapes:
             where = at(shape, dtype)
