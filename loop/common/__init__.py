@@ -2,7 +2,7 @@
 subprocess) and the playbook use. It imports nothing else of tileloop.
 
 errors     user errors (one line, a hint, exit 2) and tileloop's own failures in a worker
-settings   the one place environment variables are read
+settings   the one reader of the variables a user sets to change tileloop (TILELOOP_*)
 files      atomic writes
 stats      summary and paired statistics of timing samples
 jobs       the worker job/result file protocol: schema, seeds, shared constants

@@ -1,14 +1,21 @@
-"""The one place where tileloop reads environment variables, parsed strictly.
+"""The one place where tileloop reads the environment variables a user sets to change its own
+behaviour (TILELOOP_*), parsed strictly.
 
 Each setting has a default, a parser, and an error message that names the valid values.
-Worker-side variables that tileloop *sets* (TRITON_INTERPRET, ENABLE_TILE, ...) live with the
-backends; this module is for what the user may set to change tileloop's own behaviour.
+Elsewhere the environment is only handed on: copied into the environment of a child process
+(a worker, a judge, a harness command, a suite's tileloop), with the variables a backend sets
+(TRITON_INTERPRET, ENABLE_TILE, ...: they live with the backends, `loop/backends/`; the Tile IR
+hints TILEIR_ENABLE_APPROX/FTZ are handed on as the user set them, else 0), or read inside
+a child for what was set there for it: the pid of the tileloop that started it
+(`processes.watch_parent`), the backend's variables as its proof and in the environment fingerprint
+(`worker/proof.py`, `worker/environment.py`). `tests/test_env_reads.py` holds the code to this.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from loop.common.errors import UserError
 
@@ -37,6 +44,8 @@ KILL_STAGES = ("apply", "commit", "verify", "measure", "decide", "record")
 @dataclass(frozen=True)
 class Settings:
     worker_timeout_s: float = 600.0  # per worker process (the seed's 10-minute iteration bound)
+    # TILELOOP_WORKER_TIMEOUT was given: it overrides a run's own timeout for this session
+    worker_timeout_given: bool = False
     python: str = ""  # interpreter for workers; default: the one running tileloop
     keep_worker_dirs: bool = True
     # an unattended run forks each judge from one process that imported torch once (loop/judge/host.py)
@@ -52,6 +61,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
     kwargs: dict = {}
     if "TILELOOP_WORKER_TIMEOUT" in env:
         kwargs["worker_timeout_s"] = _positive_float("TILELOOP_WORKER_TIMEOUT", env["TILELOOP_WORKER_TIMEOUT"])
+        kwargs["worker_timeout_given"] = True
     if env.get("TILELOOP_PYTHON"):
         kwargs["python"] = env["TILELOOP_PYTHON"]
     if "TILELOOP_KEEP_WORKER_DIRS" in env:
@@ -72,3 +82,10 @@ def load(environ: dict[str, str] | None = None) -> Settings:
             pairs.append((int(n), path.strip()))
         kwargs["test_inject"] = tuple(pairs)
     return Settings(**kwargs)
+
+
+def experience_file(environ: dict[str, str] | None = None) -> Path:
+    """Where experience across runs is kept: TILELOOP_EXPERIENCE, default ~/.tileloop/experience.jsonl
+    (read at each use, so that one process can be pointed elsewhere, as the tests do)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("TILELOOP_EXPERIENCE") or Path.home() / ".tileloop" / "experience.jsonl")

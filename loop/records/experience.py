@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from loop import backends as backend_registry
+from loop.common.settings import experience_file
 
 SCHEMA = "tileloop.experience/1"
 UNKNOWN = "unknown"  # the timing mode of entries written before it was recorded
 
 
 def path() -> Path:
-    return Path(os.environ.get("TILELOOP_EXPERIENCE") or Path.home() / ".tileloop" / "experience.jsonl")
+    return experience_file()
 
 
 @dataclass(frozen=True)
