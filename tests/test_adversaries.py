@@ -43,6 +43,8 @@ def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
         assert (repo / TARGET).read_text() == original, name
         assert spec.read_text() == spec_text, name  # a spec rewritten during the measurement is restored
         assert git(repo, "status", "--porcelain", "--untracked-files=no") == "", name
+        # git ran nothing a candidate planted (plant_git_hooks leaves hook-ran-* where one ran) and it is gone
+        assert not list(repo.glob("hook-ran-*")) and not (repo / ".git" / "hooks" / "post-commit").exists(), name
     return outs
 
 

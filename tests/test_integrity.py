@@ -4,10 +4,13 @@ spec imports) and which it leaves alone (everything else), decided from the sour
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+from test_void import edit, run, step  # noqa: F401  (fixture)
 
 from loop.cli import main
+from loop.common.errors import IntegrityError
 from loop.target.contract import imported_files
 
 TARGET = "kernels/op/op_triton.py"
@@ -58,3 +61,35 @@ def test_a_step_leaves_the_users_untracked_files_alone(kernel_repo, capsys):
     assert out["decision"]["verdict"] == "incorrect"
     assert {rel: (kernel_repo / rel).read_text() for rel in mine} == mine  # untouched, not moved
     assert not list((kernel_repo / "sandbox").glob("*/refused"))
+
+
+def test_git_files_planted_between_steps_are_restored_and_the_step_refused(run, tmp_path):  # noqa: F811
+    """.git/hooks, .git/info and .git/config are restored from the run's snapshot before a step, as the
+    target's neighbours are; the step that found them changed is refused, the next one runs."""
+    repo, exp, _ = run
+    hook = repo / ".git" / "hooks" / "post-commit"
+    hook.write_text(f"#!/bin/sh\ntouch '{tmp_path / 'ran'}'\n")
+    hook.chmod(0o755)
+    (repo / ".git" / "info" / "attributes").write_text("* filter=tidy\n")
+    with pytest.raises(IntegrityError, match=r"\.git/hooks, \.git/info"):
+        step(exp, 1024)
+    assert not hook.exists() and not (repo / ".git" / "info" / "attributes").exists()
+    saved = list(exp.dir.glob("refused/*/git/.git/hooks/post-commit"))
+    assert len(saved) == 1
+    record, _ = exp.evaluate("BLOCK 128 -> 1024")
+    assert record.status == "keep" and not (tmp_path / "ran").exists()
+
+
+def test_a_run_begun_with_only_a_config_snapshot_gets_the_whole_snapshot(run):  # noqa: F811
+    repo, exp, _ = run
+    config = repo / ".git" / "config"
+    shutil.rmtree(exp.dir / "git-state")
+    exp.state.records_seal.pop("git-state")
+    (exp.dir / "git-config.snapshot").write_bytes(config.read_bytes())
+    with open(config, "a") as fh:
+        fh.write("[core]\n\tfsmonitor = true\n")
+    edit(repo, 1024)
+    with pytest.raises(IntegrityError, match=r"\.git/config"):
+        exp.evaluate("BLOCK 128 -> 1024")
+    assert "fsmonitor" not in config.read_text() and (exp.dir / "git-state" / ".git" / "hooks").is_dir()
+    assert exp.evaluate("BLOCK 128 -> 1024")[0].status == "keep"

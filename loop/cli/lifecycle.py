@@ -196,6 +196,7 @@ def _go_on(args, exp, settings, unattended: bool) -> int:
     exp.policy = decide.Policy(**exp.state.policy)
     exp.end_leftover_workers()
     exp.check_environment(probe.probe_environment(exp.root, settings))
+    exp.check_records()  # the records are tileloop's: refused when something else rewrote them
     repaired = exp.repair()
     exp.state.stopped = None
     exp.save()

@@ -10,6 +10,7 @@ The names below are the package's interface: `decide.Policy`, `decide.decide(...
 from loop.decide.measurable import Change, Measurability, measurability
 from loop.decide.rules import (
                                CRASH_STATUSES,
+                               VOID,
                                Action,
                                Decision,
                                Policy,
@@ -22,8 +23,9 @@ from loop.decide.rules import (
                                decide,
                                stop_state,
                                stopping,
+                               void,
 )
 
-__all__ = ["CRASH_STATUSES", "Action", "Change", "Decision", "Measurability", "Policy", "Progress", "ShapeComparison",
+__all__ = ["CRASH_STATUSES", "VOID", "Action", "Change", "Decision", "Measurability", "Policy", "Progress", "ShapeComparison",
            "StopState", "combine", "compare_shape", "comparisons", "decide", "measurability", "stop_state",
-           "stopping"]
+           "stopping", "void"]

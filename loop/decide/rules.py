@@ -12,9 +12,13 @@ The policy follows the TileGym loop, made precise:
   otherwise -> revert as `within_noise`;
 * counted speedup >= 5% -> keep; 2-5% -> keep at lower priority; < 2% -> keep but stop;
 * speedups over `suspicious` (3x), overall or at any one shape, are measured again before they count;
+* a measurement voided by what is not the candidate's doing (a tracked file other than the target,
+  the run's records or git files changed while it was measured; the incumbent failed a check or an
+  audit) -> unmeasured, verdict `void` (`void`): nothing is charged to the candidate;
 * stop: two non-improvements in a row, `max_iters` (25), a time budget, an exhausted playbook;
   two crashes in a row -> escalate (a person should look: the playbook cannot explain them).
-  Unmeasured iterations count towards the iteration limit only: they say nothing about gains or crashes.
+  Unmeasured iterations (void ones too) count towards the iteration limit only: they say nothing about
+  gains or crashes.
 
 Noise: incumbent and candidate are timed interleaved, so sample i of each comes from the same
 round. Per shape we take the paired log-ratios d_i = log(t_incumbent / t_candidate), their
@@ -61,7 +65,7 @@ class Policy:
 class Decision:
     action: Action
     verdict: str  # improved | low_gain | marginal | within_noise | regression | incorrect | guard_failed | unexercised
-    #               | unmeasured | <crash status> | suspicious
+    #               | unmeasured | void | <crash status> | suspicious
     reason: str
     speedup: float | None = None
     lo: float | None = None
@@ -93,6 +97,15 @@ def combine(shapes: Sequence[ShapeComparison], policy: Policy) -> tuple[float, f
     se = math.sqrt(sum(s.log_se**2 for s in shapes)) / k
     half = max(policy.z * se, math.log1p(policy.noise_floor))
     return math.exp(center), math.exp(center - half), math.exp(center + half)
+
+
+VOID = "void"
+
+
+def void(reason: str) -> Decision:
+    """A measurement that says nothing about the candidate (`reason`: what voided it): the change goes
+    back as an unmeasured one does, and neither the stop rules nor the experience log count it."""
+    return Decision("unmeasured", VOID, reason)
 
 
 def decide(

@@ -7,8 +7,9 @@ the device) and how it went (keep/revert/crash/unmeasured, speedup). `recommend`
 for a kernel class/backend/arch by their kept fraction and mean speedup, from entries of the same
 timing lane only: a GPU backend's ranking never reads interpreter timings (nor entries written
 before the timing mode was recorded, read as mode `unknown`), and unmeasured entries, which
-measured nothing, are not counted. The playbook's ordering uses that rank before its static
-priority order.
+measured nothing, are not counted. An experiment that says nothing of its change (interrupted by a
+kill, or its measurement void: `learned_from`) is never written. The playbook's ordering uses that
+rank before its static priority order.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class Entry:
 
 
 FIELDS = {f.name for f in fields(Entry)}
+NOTHING_LEARNED = ("interrupted", "void")  # verdicts of experiments that say nothing of their change
+
+
+def learned_from(verdict: str | None) -> bool:
+    """Whether an experiment of this verdict goes into the experience log."""
+    return verdict not in NOTHING_LEARNED
 
 
 def append(entry: Entry, where: Path | None = None) -> None:

@@ -3,11 +3,22 @@
 Invariants kept here: a run works on its own new branch from a clean tree; every experiment
 is one commit with `Tileloop-*` trailers; the branch tip is the best kept version; rejected
 experiments stay reachable under `refs/tileloop/<run>/<iteration>`; nothing else is touched.
+
+Every git process tileloop starts goes through here (`open_repo`, `run_git`) and runs with
+`safe_options`: no hook (`core.hooksPath` is the null device, below which no file can exist;
+`--no-verify` alone skips only pre-commit and commit-msg), no fsmonitor command, no filter driver
+(every `filter.<driver>` the configuration names has its clean, smudge and process commands
+emptied), no gpg, no transport, no submodule recursion, no background gc. Kernel code runs as the
+user and may plant any of these in `.git/config`, `.git/info/attributes`, `.gitattributes` or the
+user's global configuration; `loop.records.git_files` puts the repository's own (`.git/hooks`,
+`.git/info`, `.git/config`) back as they were when the run began.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +39,56 @@ def _import_git():
     return git
 
 
+# what a planted configuration could make git execute, switched off on every git command line
+SAFE_CONFIG = (
+    f"core.hooksPath={os.devnull}",  # no hook: nothing can be planted below the null device
+    "core.fsmonitor=false",  # a command git runs on status, add, commit, checkout
+    "core.sshCommand=false", "credential.helper=", "protocol.allow=never",  # no transport at all
+    "commit.gpgSign=false", "tag.gpgSign=false", "log.showSignature=false",  # no gpg program
+    "submodule.recurse=false", "status.submoduleSummary=false",  # no git run in a submodule's own configuration
+    "gc.auto=0", "maintenance.auto=false",  # no background gc or maintenance after a commit
+)
+FILTER_COMMANDS = ("clean", "smudge", "process")  # an empty command: the driver does nothing
+
+
+def _git_exe() -> str:
+    return _import_git().Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+
+
+def _filter_drivers(cwd: Path) -> list[str]:
+    """Every filter driver the configuration seen from `cwd` names (reading configuration runs nothing)."""
+    proc = subprocess.run([_git_exe(), *(a for c in SAFE_CONFIG for a in ("-c", c)), "config", "--null", "--name-only",
+                           "--get-regexp", r"^filter\."], cwd=cwd, capture_output=True, text=True, timeout=60)
+    names = []
+    for key in proc.stdout.split("\0"):
+        driver = key[len("filter."):key.rfind(".")] if key.count(".") >= 2 else ""
+        if driver and driver not in names:
+            names.append(driver)
+    return names
+
+
+def safe_options(cwd: Path) -> list[str]:
+    """`-c key=value` settings for a git command run from `cwd`: no hook, fsmonitor, filter, gpg or transport."""
+    settings = list(SAFE_CONFIG)
+    for driver in _filter_drivers(cwd):
+        if "=" in driver or "\n" in driver:
+            raise UserError(f"the git configuration names a filter driver tileloop cannot switch off: {driver!r}",
+                            hint="remove it (git config --get-regexp '^filter\\.' lists them) and try again")
+        settings += [f"filter.{driver}.{cmd}=" for cmd in FILTER_COMMANDS] + [f"filter.{driver}.required=false"]
+    return settings
+
+
+def run_git(cwd: Path, *args: str, env: dict | None = None) -> str:
+    """A git command outside a `Repo` (a repository being made, a worktree), with `safe_options`."""
+    cmd = [_git_exe(), *(a for c in safe_options(cwd) for a in ("-c", c)), *args]
+    return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
 @contextlib.contextmanager
-def open_repo(root: Path):
+def open_repo(root: Path, search_parent_directories: bool = False):
     git = _import_git()
-    with git.Repo(root) as repo:
+    with git.Repo(root, search_parent_directories=search_parent_directories) as repo:
+        repo.git.set_persistent_git_options(c=safe_options(Path(repo.working_tree_dir or root)))
         yield repo
 
 
@@ -41,7 +98,7 @@ def find_root(path: Path) -> Path:
     if not start.exists():
         start = Path.cwd()
     try:
-        with git.Repo(start, search_parent_directories=True) as repo:
+        with open_repo(start, search_parent_directories=True) as repo:
             if repo.bare or repo.working_tree_dir is None:
                 raise UserError(f"{start} is in a bare git repository")
             return Path(repo.working_tree_dir).resolve()
@@ -113,7 +170,7 @@ def set_aside(root: Path, tracked: list[str], untracked: list[str], where: Path)
     where.mkdir(parents=True, exist_ok=True)
     with open_repo(root) as repo:
         if tracked:
-            (where / "tracked.patch").write_text(repo.git.diff("HEAD", "--", *tracked) + "\n")
+            (where / "tracked.patch").write_text(repo.git.diff("--no-ext-diff", "--no-textconv", "HEAD", "--", *tracked) + "\n")
             repo.git.checkout("HEAD", "--", *tracked)
     for rel in untracked:
         dest = where / "untracked" / rel
@@ -131,10 +188,10 @@ def git_dir(root: Path) -> str:
         return repo.git_dir
 
 
-def config_path(root: Path) -> Path:
-    """The repository's config file: in the common git dir, which a worktree shares with the main tree."""
+def git_dirs(root: Path) -> tuple[Path, Path]:
+    """(the common git dir, this worktree's own git dir): the same folder outside a linked worktree."""
     with open_repo(root) as repo:
-        return Path(repo.common_dir) / "config"
+        return Path(repo.common_dir), Path(repo.git_dir)
 
 
 def head_sha(root: Path) -> str:
@@ -254,6 +311,24 @@ def ensure_excluded(root: Path, pattern: str) -> None:
     text = exclude.read_text() if exclude.exists() else ""
     if pattern not in text.splitlines():
         exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + pattern + "\n")
+
+
+def delete_branch(root: Path, name: str) -> None:
+    with open_repo(root) as repo:
+        repo.git.branch("-D", name)
+
+
+def put_branch_back(root: Path, branch: str, sha: str) -> bool:
+    """HEAD on `branch` and `branch` at `sha` (after kernel code moved either); True when something moved."""
+    with open_repo(root) as repo:
+        ref = f"refs/heads/{branch}"
+        on = repo.git.symbolic_ref("-q", "HEAD", with_exceptions=False).strip()
+        at = repo.git.rev_parse("-q", "--verify", ref, with_exceptions=False).strip()
+        if (on, at) == (ref, sha):
+            return False
+        repo.git.update_ref("-m", "tileloop: the run's branch put back", ref, sha)
+        repo.git.symbolic_ref("HEAD", ref)
+        return True
 
 
 # ---------------------------------------------------------------- trailers

@@ -130,7 +130,8 @@ def measurement_lines(records: list[Record], target_backend: str, harness: dict 
              "the same measurement; cumulative_speedup: the product of the kept rows' paired speedups (the best "
              "version against the baseline)",
              "status: keep | revert | crash | unmeasured (a change that cannot show in these timings: checked for "
-             "correctness, not decided on timing, reverted); a commit not kept stays under its ref"]
+             "correctness, not decided on timing, reverted; or, decision void, a measurement voided by what is not the "
+             "candidate's doing, correctness not checked); a commit not kept stays under its ref"]
     gaps = methods.unchecked(records)
     if gaps:
         lines.append(f"unchecked: {'; '.join(gaps)} (correctness PASS covers the spec's other dtypes only)")

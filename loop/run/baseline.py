@@ -8,7 +8,7 @@ from loop.common.errors import UserError
 from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
 from loop.records.results import Record, append_record
-from loop.run.core import now, portable_env, with_changes
+from loop.run.core import GIT_SNAPSHOT, now, portable_env, with_changes
 from loop.run.measuring import Measuring, unchecked
 from loop.run.recording import Recording
 from loop.target.contract import source_hash
@@ -41,8 +41,8 @@ class Baseline(Measuring, Recording):
                 raise UserError(f"branch tip {tip[:10]} is neither the run's base commit nor its baseline",
                                 hint="inspect the branch by hand; tileloop will not move commits it did not make")
             gitops.reset_hard(self.root, self.state.base_commit)
-        if not (self.dir / "git-config.snapshot").exists():
-            (self.dir / "git-config.snapshot").write_bytes(gitops.config_path(self.root).read_bytes())
+        if not (self.dir / GIT_SNAPSHOT).exists():
+            self.snapshot_git_dir()
         return self.baseline()
 
     def baseline(self) -> Record:

@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
+import json
 import os
+import shutil
 import signal
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from loop import decide
-from loop.common.errors import UserError
+from loop.common.errors import IntegrityError, UserError
 from loop.common.files import atomic_write_text
 from loop.common.settings import Settings
 from loop.measure.host import JudgeHost
 from loop.measure.launch import run_worker, start_judge_host
-from loop.records import gitops
+from loop.records import git_files, gitops
 from loop.backends import get as get_backend
 from loop.records.perf_table import render_perf_results
 from loop.records.results import Record, read_records
@@ -30,6 +33,8 @@ from playbook.cst.entry import spec_entry
 
 Log = Callable[[str], None]
 stderr_log = plain_log
+SEALED = ("results.jsonl", "perf_results.md")  # written by the orchestrator only, sealed in the state
+GIT_SNAPSHOT = "git-state"  # .git/hooks, .git/info, .git/config as they were when the run began
 
 
 def now() -> str:
@@ -45,12 +50,20 @@ def with_changes(record: Record, **changes) -> Record:
     return replace(record, **changes)
 
 
+def _read(path: Path) -> bytes:
+    return path.read_bytes() if path.exists() else b""
+
+
+def _digest(data: bytes) -> dict:
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 class RunCore:
     """A run bound to its repository; every public method leaves state.json consistent."""
 
     def __init__(self, root: Path, state: st.RunState, settings: Settings, log: Log = stderr_log):
         # the run's own per-worker timeout, unless TILELOOP_WORKER_TIMEOUT overrides it for this session
-        if not settings.worker_timeout_given:
+        if "TILELOOP_WORKER_TIMEOUT" not in os.environ:
             settings = replace(settings, worker_timeout_s=state.worker_timeout_s)
         self.root, self.state, self.settings = root, state, settings
         self.policy = decide.Policy(**state.policy)
@@ -58,6 +71,11 @@ class RunCore:
         self.progress_view.update(best=state.best_latency_ms)
         self.log = self.progress_view.log
         self.host: JudgeHost | None = None  # an unattended run's judge host (`hosting`)
+        # the records as this process wrote them (or found them sealed): what `put_records_back` restores
+        self._state_intact = st.intact(root, state.run_id)
+        self._state_text: str | None = None
+        self._sealed: dict[str, bytes] = {}
+        self._foreign: list[str] = []  # records found rewritten by someone else since this process wrote them
 
     def start_host(self) -> None:
         """The judge host of an unattended run (`loop.judge.host`): every judge that starts after it is
@@ -99,7 +117,123 @@ class RunCore:
         return read_records(self.results_path)
 
     def save(self) -> None:
-        st.save(self.root, self.state)
+        """state.json from the state in memory; a state.json someone else wrote since is noted (`put_records_back`)."""
+        if self._state_text is not None:
+            path = st.state_path(self.root, self.state.run_id)
+            if (path.read_text() if path.exists() else None) != self._state_text and "state.json" not in self._foreign:
+                self._foreign.append("state.json")
+        self._state_text = st.save(self.root, self.state)
+
+    # ------------------------------------------------------------ the records sealed
+
+    def seal(self) -> None:
+        """The records as the orchestrator just wrote them: their hashes (and the best commit) in the
+        state, their bytes in memory. Only tileloop writes them; `records_changed` finds any other writer."""
+        self._sealed = {name: _read(self.dir / name) for name in SEALED}
+        self.state.records_seal = {**self.state.records_seal, "tip": self.state.best_commit,
+                                   **{name: _digest(data) for name, data in self._sealed.items()}}
+        self.save()
+
+    def records_changed(self) -> list[str]:
+        """What of the run's records differs from what tileloop wrote last: state.json (its own hash),
+        results.jsonl (its sealed bytes, followed at most by a record an interrupted iteration appended),
+        perf_results.md, the branch, the snapshot of the git files."""
+        seal = self.state.records_seal
+        changed = [] if self._state_intact else ["state.json"]
+        for name in SEALED:
+            data, want = _read(self.dir / name), seal.get(name)
+            if want is None:
+                continue
+            if len(data) < want["bytes"] or _digest(data[:want["bytes"]]) != want:
+                changed.append(name)
+            elif len(data) > want["bytes"] and (name != "results.jsonl" or not self._unfinished(data, want["bytes"])):
+                changed.append(name)
+        tip = seal.get("tip")
+        if tip and self.state.inflight is None and gitops.ref_sha(self.root, f"refs/heads/{self.state.branch}") != tip:
+            changed.append(f"branch {self.state.branch}")
+        snap = self.dir / GIT_SNAPSHOT
+        if seal.get(GIT_SNAPSHOT) and git_files.git_dir_digest(snap) != seal[GIT_SNAPSHOT]:
+            changed.append(f"{st.SANDBOX}/{self.state.run_id}/{GIT_SNAPSHOT}")
+        return changed
+
+    def _unfinished(self, data: bytes, sealed: int) -> bool:
+        """Whether what follows the sealed records is the record of an iteration a kill cut short
+        between writing it and sealing it (resume finishes it), and nothing else."""
+        done = {json.loads(line).get("iteration") for line in data[:sealed].decode().splitlines() if line.strip()}
+        try:
+            extra = [json.loads(line) for line in data[sealed:].decode().splitlines() if line.strip()]
+        except ValueError:
+            return False
+        now = {self.state.last_iteration, (self.state.inflight or {}).get("iteration")}
+        return all(isinstance(r, dict) and r.get("iteration") in now - done for r in extra)
+
+    def check_records(self) -> None:
+        """Before an iteration or a resume: the records are tileloop's. A perf_results.md rewritten alone
+        is regenerated from results.jsonl (the rewritten copy set aside); anything else is refused."""
+        changed = self.records_changed()
+        if self.perf_path.name in changed and len(changed) == 1:
+            where = self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+            where.mkdir(parents=True, exist_ok=True)
+            if self.perf_path.exists():
+                (where / self.perf_path.name).write_bytes(self.perf_path.read_bytes())
+            self.render()
+            self.log(f"perf_results.md was changed outside tileloop: regenerated from results.jsonl "
+                     f"(the changed copy is in {where.relative_to(self.root)})")
+        elif changed:  # nothing is written: the state in memory is what was found
+            raise IntegrityError(
+                f"refused: the run's records were changed outside tileloop since it last wrote them "
+                f"({', '.join(changed)}); nothing was run or written",
+                hint=f"tileloop history --run {self.state.run_id} rebuilds the run from git alone; if you edited "
+                     f"them, undo the edit; else start a new run: tileloop init {self.state.target} --branch NAME")
+        self._sealed = {name: _read(self.dir / name) for name in SEALED}
+
+    def put_records_back(self) -> list[str]:
+        """After kernel code ran: the records (and state.json) as this process wrote them, put back where
+        they differ; returns what differed."""
+        changed, self._foreign = list(self._foreign), []
+        if self._sealed:
+            for name, data in self._sealed.items():
+                if _read(self.dir / name) != data:
+                    changed.append(name)
+                    atomic_write_text(self.dir / name, data.decode())
+        path = st.state_path(self.root, self.state.run_id)
+        if self._state_text is not None and (path.read_text() if path.exists() else None) != self._state_text:
+            changed.append("state.json")
+            atomic_write_text(path, self._state_text)
+        return list(dict.fromkeys(changed))
+
+    # ------------------------------------------------------------ the git files
+
+    def snapshot_git_dir(self) -> None:
+        """.git/hooks, .git/info and .git/config as they are at the run's start, sealed in the state."""
+        snap = self.dir / GIT_SNAPSHOT
+        if snap.exists():
+            shutil.rmtree(snap)
+        git_files.snapshot_git_dir(self.root, snap)
+        self.state.records_seal = {**self.state.records_seal, GIT_SNAPSHOT: git_files.git_dir_digest(snap)}
+        self.save()
+
+    def restore_git_dir(self, where: Path) -> list[str]:
+        """The git files put back from the run's snapshot (what differed moved under `where`); a run
+        begun before the snapshot was kept gets it now, its .git/config from the older snapshot."""
+        snap = self.dir / GIT_SNAPSHOT
+        if not snap.exists():
+            old = self.dir / "git-config.snapshot"
+            config = git_files.guarded_paths(self.root)[".git/config"]
+            changed = old.exists() and config.read_bytes() != old.read_bytes()
+            if changed:
+                where.mkdir(parents=True, exist_ok=True)
+                (where / "git-config").write_bytes(config.read_bytes())
+                config.write_bytes(old.read_bytes())
+            self.snapshot_git_dir()
+            return [".git/config"] if changed else []
+        want = self.state.records_seal.get(GIT_SNAPSHOT)
+        if want and git_files.git_dir_digest(snap) != want:
+            raise IntegrityError(f"refused: the run's snapshot of its git files ({snap.relative_to(self.root)}) was "
+                                 "changed outside tileloop: .git cannot be restored from it",
+                                 hint=f"inspect .git/hooks, .git/info and .git/config by hand; start a new run: "
+                                      f"tileloop init {self.state.target} --branch NAME")
+        return git_files.restore_git_dir(self.root, snap, where / "git")
 
     def stage(self, name: str, **extra) -> None:
         assert self.state.inflight is not None
@@ -128,6 +262,7 @@ class RunCore:
                            "bench command": f"`{self.state.harness['bench_cmd']}`"})
         text = render_perf_results(self.state.run_id, header, self.records(), self.state.target_backend, self.state.harness)
         atomic_write_text(self.perf_path, text)
+        self.seal()  # every time the records were written: results.jsonl is appended before perf_results.md
 
     def progress(self) -> decide.Progress:
         """What the stop rules see. An interrupted iteration (a kill, a reboot) counts as an iteration
@@ -147,6 +282,7 @@ class RunCore:
         return decide.stop_state(self.policy, p)
 
     def _check_position(self) -> None:
+        self.check_records()
         branch = gitops.current_branch(self.root)
         if branch != self.state.branch:
             raise UserError(f"the repository is on {branch!r}, not the run's branch {self.state.branch!r}",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -28,6 +27,6 @@ def make_demo_repository(op: str, where: Path | None) -> Path:
         raise UserError(f"demo folder {where} is not empty")
     shutil.copytree(source, where / "kernels" / op)
     env = {**os.environ, **gitops.FALLBACK_IDENTITY}
-    for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", f"{op}: first version"]):
-        subprocess.run(cmd, cwd=where, check=True, env=env)
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", f"{op}: first version"]):
+        gitops.run_git(where, *cmd, env=env)
     return where

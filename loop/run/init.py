@@ -174,7 +174,7 @@ def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Expe
     st.set_current(root, state.run_id)
     try:
         gitops.create_branch(root, state.branch)
-        (exp.dir / "git-config.snapshot").write_bytes(gitops.config_path(root).read_bytes())
+        exp.snapshot_git_dir()  # .git/hooks, .git/info, .git/config: restored from here at every check
         log(f"run {state.run_id} on branch {state.branch}: target backend {state.target_backend}; measuring the baseline")
         if state.mode == "run":
             exp.start_host()  # ready by the first experiment (`run_loop` ends it)
@@ -188,8 +188,7 @@ def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Expe
         if gitops.current_branch(root) == state.branch:
             gitops.checkout(root, state.origin_branch or state.base_commit)
         if gitops.branch_exists(root, state.branch):
-            with gitops.open_repo(root) as repo:
-                repo.git.branch("-D", state.branch)
+            gitops.delete_branch(root, state.branch)
         st.state_path(root, state.run_id).unlink(missing_ok=True)
         if previous:
             st.set_current(root, previous)

@@ -57,7 +57,7 @@ class Recording(RunCore):
         self.state.inflight = None
         self.save()
         self.render()
-        if n >= 1 and record.decision.get("verdict") != "interrupted":
+        if n >= 1 and experience.learned_from(record.decision.get("verdict")):
             self.remember(record)
         self.log(f"#{n} {record.optimization}: {record.status} ({record.decision.get('verdict')}) "
                  f"{record.decision.get('reason', '')}")
@@ -69,8 +69,11 @@ class Recording(RunCore):
         if status == "crash":
             self.state.crash_causes.append(decision.verdict)
         inflight = self.state.inflight or {}
-        if inflight.get("key"):
-            self.state.tried.append(inflight["key"])
+        key = inflight.get("key")
+        if key and decision.verdict == decide.VOID:  # a void measurement says nothing: tried again once, as a kill is
+            (self.state.tried if key in self.state.interrupted else self.state.interrupted).append(key)
+        elif key:
+            self.state.tried.append(key)
         if status == "keep" and decision.priority == "low" and inflight.get("key"):
             self.state.demoted.append(inflight["key"].split("=")[0])
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
+
+from loop.records import gitops
 
 WORKTREES = "suite-worktrees"  # under sandbox/: one git worktree per GPU when the suite runs on several
 
 
 def git_output(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+    return gitops.run_git(root, *args)  # no hook or planted configuration runs
 
 
 def run_id_of(target: str) -> str:
