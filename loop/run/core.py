@@ -177,8 +177,8 @@ class RunCore:
             if self.perf_path.exists():
                 (where / self.perf_path.name).write_bytes(self.perf_path.read_bytes())
             self.render()
-            self.log(f"perf_results.md was changed outside tileloop: regenerated from results.jsonl "
-                     f"(the changed copy is in {where.relative_to(self.root)})")
+            self.log(f"perf_results.md differs from what tileloop sealed (rewritten, or a kill before its seal): "
+                     f"regenerated from results.jsonl (the copy found is in {where.relative_to(self.root)})")
         elif changed:  # nothing is written: the state in memory is what was found
             raise IntegrityError(
                 f"refused: the run's records were changed outside tileloop since it last wrote them "
