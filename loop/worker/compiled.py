@@ -57,7 +57,7 @@ class CompiledReference(SimpleNamespace):
         self.torch = torch
         self.graph_runs = 0  # calls of compiled graphs, all signatures together
         self.graphs_compiled = 0
-        self.seen: dict[str, str] = {}
+        self.seen: dict[tuple, str] = {}  # shapes and dtypes of a call's tensors -> what ran there
         self._TUNED: dict[str, tuple[str]] = {}  # signature -> (what ran there,), for `tuned_configs`
         inner = dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
 
@@ -74,29 +74,30 @@ class CompiledReference(SimpleNamespace):
         self.compiled = torch.compile(fn, dynamic=False, backend=counted)
 
     def run(self, **inputs):
-        sig = signature(self.torch, inputs)
-        runs, compiled, breaks = self.graph_runs, self.graphs_compiled, self._breaks()
+        key = tuple((k, tuple(v.shape), v.dtype) for k, v in inputs.items() if isinstance(v, self.torch.Tensor))
+        first = key not in self.seen
+        runs, compiled, breaks = self.graph_runs, self.graphs_compiled, self._breaks() if first else {}
         try:
             out = self.compiled(**inputs)
         except self.torch._dynamo.exc.FailOnRecompileLimitHit as exc:
             raise ImplFailure("compile_error", LABEL,
                               f"torch.compile hit dynamo's recompile limit "
-                              f"({self.torch._dynamo.config.recompile_limit}) at {sig}: it would have run "
-                              f"the reference eagerly ({exc})") from exc
+                              f"({self.torch._dynamo.config.recompile_limit}) at {signature(self.torch, inputs)}: it "
+                              f"would have run the reference eagerly ({exc})") from exc
         ran = self.graph_runs - runs
         if ran == 0:
             raise ImplFailure("compile_error", LABEL,
-                              f"torch.compile ran no compiled graph at {sig}: dynamo ran the reference eagerly "
-                              f"({self._why_eager()})")
-        if sig not in self.seen:
+                              f"torch.compile ran no compiled graph at {signature(self.torch, inputs)}: dynamo ran the "
+                              f"reference eagerly ({self._why_eager()})")
+        if first:
             new = {r: n for r, n in self._breaks().items() if n > breaks.get(r, 0)}
             what = f"compiled: {ran} graph{'s' if ran > 1 else ''} per call"
             if ran > 1 or new:
                 what += f" (graph breaks: {'; '.join(sorted(new)) or 'as compiled at an earlier shape'})"[:280]
             if self.graphs_compiled == compiled:
                 what += ", graphs of an earlier signature"
-            self.seen[sig] = what
-            self._TUNED[sig] = (what,)
+            self.seen[key] = what
+            self._TUNED[signature(self.torch, inputs)] = (what,)
         return out
 
     def _breaks(self) -> dict[str, int]:
