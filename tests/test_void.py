@@ -239,3 +239,16 @@ def test_a_record_written_but_not_yet_sealed_is_not_taken_for_a_rewrite(run):
     with open(exp.results_path, "a") as fh:
         fh.write(json.dumps({**baseline, "iteration": 0}) + "\n")
     assert exp.records_changed() == ["results.jsonl"]
+
+
+def test_a_state_rewritten_within_a_run_is_refused_at_the_next_iteration(run):
+    """An unattended run holds its state in memory: a state.json another process wrote between two of
+    its iterations is found before the next one runs, and nothing is written over it."""
+    repo, exp, _ = run
+    path = st.state_path(repo, "r")
+    path.write_text(path.read_text().replace('"last_iteration": 0', '"last_iteration": 7'))
+    forged = path.read_text()
+    edit(repo, 1024)
+    with pytest.raises(IntegrityError, match=r"state\.json"):
+        exp.evaluate("BLOCK 128 -> 1024")
+    assert path.read_text() == forged

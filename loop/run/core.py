@@ -139,7 +139,9 @@ class RunCore:
         results.jsonl (its sealed bytes, followed at most by a record an interrupted iteration appended),
         perf_results.md, the branch, the snapshot of the git files."""
         seal = self.state.records_seal
-        changed = [] if self._state_intact else ["state.json"]
+        path = st.state_path(self.root, self.state.run_id)
+        written = self._state_text is None or (path.read_text() if path.exists() else None) == self._state_text
+        changed = [] if self._state_intact and written else ["state.json"]
         for name in SEALED:
             data, want = _read(self.dir / name), seal.get(name)
             if want is None:
@@ -159,10 +161,10 @@ class RunCore:
     def _unfinished(self, data: bytes, sealed: int) -> bool:
         """Whether what follows the sealed records is the record of an iteration a kill cut short
         between writing it and sealing it (resume finishes it), and nothing else."""
-        done = {json.loads(line).get("iteration") for line in data[:sealed].decode().splitlines() if line.strip()}
         try:
+            done = {json.loads(line).get("iteration") for line in data[:sealed].decode().splitlines() if line.strip()}
             extra = [json.loads(line) for line in data[sealed:].decode().splitlines() if line.strip()]
-        except ValueError:
+        except (ValueError, AttributeError):
             return False
         now = {self.state.last_iteration, (self.state.inflight or {}).get("iteration")}
         return all(isinstance(r, dict) and r.get("iteration") in now - done for r in extra)
