@@ -98,6 +98,7 @@ def record_summary(rec: Record) -> dict:
         "backends": {k: {"available": v.available, "status": v.status, "latency_ms": v.latency_ms,
                          "incumbent_ms": v.incumbent_ms, "reason": v.reason, "timing": v.timing_label,
                          "shapes": v.shapes} for k, v in rec.backends.items()},
+        **({"sweep": rec.sweep} if rec.sweep else {}),  # only an experiment a sweep chose
     }
 
 
