@@ -1,7 +1,8 @@
 """Outputs against the reference, element by element: the comparison that decides correctness, the
 upcast of inputs for the reference (fp32 or better), NaN poisoning of output buffers, and whether
-the comparison could tell a kernel that does nothing from the reference (`blind_to_nothing`). Pure torch; the judge uses it on outputs the kernel process wrote,
-a worker's own checks (tileloop check, profile, decision-check) on outputs it computed itself."""
+the comparison could tell a kernel that does nothing from the reference (`blind_to_nothing`). Pure
+torch; the judge uses it on outputs the kernel process wrote, a worker's own checks (tileloop
+check, profile, decision-check) on outputs it computed itself."""
 
 from __future__ import annotations
 
