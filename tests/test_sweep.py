@@ -19,6 +19,7 @@ from loop.decide import Policy
 from loop.decide import sweep as sweeps
 from loop.common.settings import load as load_settings
 from loop.records import gitops, history
+from loop.records.perf_table import measurement_lines
 from loop.records.results import BackendResult, Record, read_records
 from loop.run import state as st
 from loop.run.experiment import open_run
@@ -147,6 +148,9 @@ def test_a_record_without_a_sweep_is_written_as_before_and_one_with_it_names_eve
     t = history.trailers_for(swept)
     assert (t["Tileloop-Sweep"], t["Tileloop-Sweep-Chosen"]) == ("256=1.2500x 1024=incorrect 2048=1.5000x", "2048")
     assert "Sweep: BLOCK from 128 over 256, 1024, 2048" in history.commit_message(swept)
+    # perf_results.md says what a swept row's speedup is, only where there is one
+    assert "swept rows" in "\n".join(measurement_lines([rec, swept], "interpreter"))
+    assert "swept rows" not in "\n".join(measurement_lines([rec], "interpreter"))
 
 
 # ----------------------------------------------------------------------------------- the stage, measurement replaced

@@ -135,6 +135,11 @@ def measurement_lines(records: list[Record], target_backend: str, harness: dict 
     gaps = methods.unchecked(records)
     if gaps:
         lines.append(f"unchecked: {'; '.join(gaps)} (correctness PASS covers the spec's other dtypes only)")
+    if any(r.sweep for r in records):
+        lines.append("swept rows (optimization `A -> B (swept ...)`): the values of one variable were timed in one "
+                     "measurement beside the incumbent and the best chosen; the row's speedup and decision are that "
+                     "value's own fresh measurement, alone against the incumbent (every value's result: the record's "
+                     "sweep, the commit's Tileloop-Sweep trailer)")
     return lines
 
 
