@@ -42,7 +42,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
     root = gitops.find_root(Path.cwd())
     target_rel, spec_rel, language, op, archs = _target(target, root, harness, target_backend, archs)
     if language == "cutile" and device == "cpu" and harness is None:
-        raise _no_gpu(language, target_rel, "--device cpu")
+        raise _no_gpu(language, target_rel, "--device cpu was asked")
     live = in_progress(root, str(target_rel))
     if live is not None and branch is None:
         raise UserError(f"a run of {target_rel} is in progress: {describe(live)}",
