@@ -63,7 +63,7 @@ class RunCore:
 
     def __init__(self, root: Path, state: st.RunState, settings: Settings, log: Log = stderr_log):
         # the run's own per-worker timeout, unless TILELOOP_WORKER_TIMEOUT overrides it for this session
-        if "TILELOOP_WORKER_TIMEOUT" not in os.environ:
+        if not settings.worker_timeout_given:
             settings = replace(settings, worker_timeout_s=state.worker_timeout_s)
         self.root, self.state, self.settings = root, state, settings
         self.policy = decide.Policy(**state.policy)
