@@ -24,7 +24,16 @@ Optional names and their defaults:
   (overrides `ENTRY`), for an op whose API is not a function of the inputs;
 - `REFERENCES = {}`: named public kernels of the same op, timed beside the target by
   `report --measure` and `compare` (`name: "module:function"`, called with the inputs, or
-  `name: ("module", adapter)`, called as `adapter(module, **inputs)`).
+  `name: ("module", adapter)`, called as `adapter(module, **inputs)`);
+- `DRAWN_SHAPES`: where the judge draws shapes of its own each measurement (`loop.judge.drawn`).
+  Left out: per dimension, between the smallest and largest value the spec's shapes use (a
+  dimension whose values are all powers of two from 16 up, such as a head size, takes one of those
+  values). `{"dims": [(1, 4096), 64, {64, 128}, None]}` states it per dimension: a range `(lo, hi)`,
+  one value, a set of values, or None (a value the spec's shapes use there). `None, "reason"` turns
+  the drawn shapes off;
+- `TRANSFORMS = ("*10", "*100", "+90")`: the spec's floating inputs scaled or shifted before a
+  comparison where the reference is finite; `{"ops": [...], "inputs": ["x"]}` names the inputs to
+  transform (integer inputs never are); `None, "reason"` turns them off.
 """
 
 from __future__ import annotations
@@ -32,8 +41,10 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import keyword
+import re
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +52,7 @@ from loop.common.errors import SpecError
 
 DEFAULT_OUTPUTS = ("out",)
 DEFAULT_ENTRY = "run"
+DEFAULT_TRANSFORMS = ("*10", "*100", "+90")
 
 
 def dtype_name(torch, value, where: str) -> str:
@@ -85,6 +97,8 @@ class Spec:
         self.adapter = getattr(module, "entry", None)
         self.accepts_device = "device" in inspect.signature(module.make_inputs).parameters
         self.references = references_of(module)
+        self.drawn_shapes = drawn_shapes_of(getattr(module, "DRAWN_SHAPES", _ABSENT), len(self.correctness_shapes[0]))
+        self.transforms = transforms_of(getattr(module, "TRANSFORMS", _ABSENT))
 
     def _tolerances(self, module) -> dict[str, tuple[float, float]]:
         raw = getattr(module, "TOLERANCES", None)
@@ -171,6 +185,103 @@ def references_of(module) -> dict[str, tuple[str, str | None, Any]]:
             raise SpecError(f"REFERENCES[{name!r}] must be 'module:function' or ('module', adapter) with "
                             f"adapter(module, **inputs), got {value!r}")
     return out
+
+
+_ABSENT = object()
+_OP = re.compile(r"^\s*x?\s*([*+-])\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DrawnShapes:
+    """Where the judge draws its shapes: `dims` per dimension ("range", lo, hi), ("value", v),
+    ("values", (v, ...)) or ("listed",) (a value the spec's shapes use there); None when derived from
+    the spec's shapes. `off` is the spec's reason when it turned them off."""
+
+    dims: tuple | None = None
+    off: str = ""
+
+
+@dataclass(frozen=True)
+class Transforms:
+    """The transforms of the spec's floating inputs: ("scale", 10.0) or ("shift", 90.0), each with its
+    text ("*10"); `inputs` the names transformed (None: every floating input); `off` the spec's reason."""
+
+    ops: tuple[tuple[str, str, float], ...] = ()
+    inputs: tuple[str, ...] | None = None
+    off: str = ""
+
+
+def _turned_off(value, name: str) -> str | None:
+    """The reason of `NAME = None, "reason"`; None when `value` is not that form."""
+    if value is None:
+        raise SpecError(f'{name} = None needs a reason: {name} = None, "why these checks cannot apply"')
+    if isinstance(value, (tuple, list)) and len(value) == 2 and value[0] is None:
+        if isinstance(value[1], str) and value[1].strip():
+            return value[1].strip()
+        raise SpecError(f'{name} = None, ... needs its reason as text: {name} = None, "why"')
+    return None
+
+
+def _dim_of(value, where: str) -> tuple:
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if value is None:
+        return ("listed",)
+    if whole(value):
+        return ("value", value)
+    if isinstance(value, (set, frozenset)) and value and all(whole(v) for v in value):
+        return ("values", tuple(sorted(value)))
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(whole(v) for v in value) and value[0] <= value[1]:
+        return ("range", value[0], value[1])
+    raise SpecError(f"{where}: {value!r} is not a dimension; write (lo, hi) for a range, an int, a set of ints "
+                    "{64, 128}, or None for the values the spec's shapes use")
+
+
+def drawn_shapes_of(value, rank: int | None) -> DrawnShapes:
+    """DRAWN_SHAPES as the spec wrote it (see the module's docstring); SpecError, one line, otherwise."""
+    if value is _ABSENT:
+        return DrawnShapes()
+    if (reason := _turned_off(value, "DRAWN_SHAPES")) is not None:
+        return DrawnShapes(off=reason)
+    if not isinstance(value, dict) or set(value) != {"dims"} or not isinstance(value["dims"], (list, tuple)):
+        raise SpecError(f"DRAWN_SHAPES must be {{\"dims\": [(lo, hi), ...]}} or None, \"reason\", got {value!r}")
+    dims = tuple(_dim_of(d, f"DRAWN_SHAPES['dims'][{i}]") for i, d in enumerate(value["dims"]))
+    if rank is not None and len(dims) != rank:
+        raise SpecError(f"DRAWN_SHAPES['dims'] has {len(dims)} dimension(s), the correctness shapes {rank}: "
+                        "one entry per dimension")
+    return DrawnShapes(dims=dims)
+
+
+def transforms_of(value) -> Transforms:
+    """TRANSFORMS as the spec wrote it (see the module's docstring); SpecError, one line, otherwise."""
+    if value is _ABSENT:
+        value = DEFAULT_TRANSFORMS
+    if (reason := _turned_off(value, "TRANSFORMS")) is not None:
+        return Transforms(off=reason)
+    inputs = None
+    if isinstance(value, dict):
+        names = value.get("inputs")
+        if set(value) - {"ops", "inputs"} or "ops" not in value or not (names is None or (
+                isinstance(names, (list, tuple)) and names and all(isinstance(n, str) for n in names))):
+            raise SpecError(f'TRANSFORMS as a dict is {{"ops": ["*10", "+90"], "inputs": ["x"]}}, got {value!r}')
+        value, inputs = value["ops"], None if names is None else tuple(names)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(f'TRANSFORMS must be a list such as ["*10", "*100", "+90"] (or None, "reason"), got {value!r}')
+    ops = []
+    for text in value:
+        match = _OP.match(text) if isinstance(text, str) else None
+        try:
+            number = float(match.group(2)) if match else 0.0
+        except ValueError:
+            number = 0.0
+        op = match.group(1) if match else ""
+        if not match or number == 0.0 or (op == "*" and number == 1.0):
+            raise SpecError(f"TRANSFORMS: {text!r} is not a transform; write '*10' (scale by a number other than 0 "
+                            "and 1) or '+90' / '-90' (shift)")
+        kind, amount = ("scale", number) if op == "*" else ("shift", -number if op == "-" else number)
+        ops.append((kind, f"x{op}{match.group(2)}", amount))
+    return Transforms(ops=tuple(ops), inputs=inputs)
 
 
 def _list(module, name: str) -> list:

@@ -45,10 +45,11 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
         raise HarnessFailure(f"{name} worker: {status}: {raw.get('message')} (logs: {rel_dir})")
     # a timing the judge refused (uncorroborated) comes from outputs that were checked and right
     correctness = "PASS" if raw.get("correctness", {}).get("passed") and status in ("ok", "uncorroborated") else "FAIL"
+    drawn = raw.get("drawn")  # the judge's drawn checks, kept so that a failure can be replayed
     if status != "ok":
         msg = raw.get("message", "")
         return BackendResult(name, True, status, msg[:500], correctness=correctness,
-                             timing_label=backend.timing_label, worker_dir=rel_dir)
+                             timing_label=backend.timing_label, worker_dir=rel_dir, drawn=drawn)
     shapes, cand, inc = [], [], []
     for s in raw["timing"]["shapes"]:
         impls = s["impls"]
@@ -65,9 +66,9 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
     proof = raw.get("proof")
     if proof and not proof.get("ok"):
         return BackendResult(name, True, "fallback", f"backend proof failed: {proof.get('detail')}", correctness=correctness,
-                             timing_label=backend.timing_label, proof=proof, shapes=shapes, worker_dir=rel_dir)
+                             timing_label=backend.timing_label, proof=proof, shapes=shapes, worker_dir=rel_dir, drawn=drawn)
     return BackendResult(name, True, "ok", "", geomean(cand), geomean(inc) if inc else None, correctness,
-                         backend.timing_label, proof, shapes, rel_dir)
+                         backend.timing_label, proof, shapes, rel_dir, drawn)
 
 
 def not_run(name: str, availability: dict[str, dict], reason: str) -> BackendResult:

@@ -40,6 +40,9 @@ class BackendResult:
     proof: dict | None = None
     shapes: list[dict] = field(default_factory=list)
     worker_dir: str | None = None
+    # the judge's drawn checks ({draws: [{index, shape, dtype, seed, transform, labels, skipped?}], notes, bounds}):
+    # a failure replays from its seed, shape, dtype and transform (`loop.judge.drawn`); None before they existed
+    drawn: dict | None = None
 
     @property
     def cell(self) -> str:
@@ -63,7 +66,7 @@ class BackendResult:
         if self.status != "ok":
             return self
         return BackendResult(self.name, self.available, "unmeasured", why, None, None, self.correctness, self.timing_label,
-                             self.proof, [], self.worker_dir)
+                             self.proof, [], self.worker_dir, self.drawn)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from loop.common.outputs import upcast
 from loop.worker.failures import ImplFailure, SpecError, call_impl
-from loop.common.spec import dtype_name, shapes_of
+from loop.common.spec import dtype_name, drawn_shapes_of, shapes_of, transforms_of
 
 REQUIRED = ("make_inputs", "reference", "CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "DTYPES", "TOLERANCES", "flops",
             "bytes_moved")
@@ -103,7 +103,26 @@ def spec_problems(torch, module, lines: Lines) -> list[dict]:
                 shapes_of(getattr(module, name), name)
             except SpecError as exc:
                 out.append(problem(str(exc), lines.of(name), "a list of tuples of ints, e.g. [(4096, 1024), (1, 7)]"))
-    return out + placeholders(lines) + unwritten_reference(lines)
+    return out + _drawn_problems(module, lines) + placeholders(lines) + unwritten_reference(lines)
+
+
+def _drawn_problems(module, lines: Lines) -> list[dict]:
+    """DRAWN_SHAPES and TRANSFORMS, where the spec states them (`loop.common.spec` has their forms)."""
+    try:
+        rank = len(shapes_of(getattr(module, "CORRECTNESS_SHAPES", None), "CORRECTNESS_SHAPES")[0])
+    except SpecError:
+        rank = None
+    out = []
+    for name, parse, hint in (
+            ("DRAWN_SHAPES", lambda v: drawn_shapes_of(v, rank), 'DRAWN_SHAPES = {"dims": [(1, 4096), (1, 16384)]}, '
+             'or DRAWN_SHAPES = None, "why no other shapes can be checked"'),
+            ("TRANSFORMS", transforms_of, 'TRANSFORMS = ["*10", "*100", "+90"], or TRANSFORMS = None, "why"')):
+        if hasattr(module, name):
+            try:
+                parse(getattr(module, name))
+            except SpecError as exc:
+                out.append(problem(str(exc), lines.of(name), hint))
+    return out
 
 
 def _tolerance_problems(torch, module, lines: Lines) -> list[dict]:

@@ -1,0 +1,269 @@
+"""The judge's drawn checks (loop/judge/drawn.py): shapes and input magnitudes the candidate cannot
+predict, the spec's forms that bound or turn them off (DRAWN_SHAPES, TRANSFORMS), and the
+adversaries of tests/adversaries/drawn/ (right at every shape the spec lists, wrong elsewhere)
+refused while their honest counterparts pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT
+from loop import backends
+from loop.common.errors import SpecError
+from loop.common.harness import Harness
+from loop.common.settings import Settings
+from loop.common.spec import Spec, drawn_shapes_of, load_module, transforms_of
+from loop.judge import drawn
+from loop.measure.evaluate import to_backend_result
+from loop.records.results import BackendResult
+from loop.worker.spec_checks import Lines, spec_problems
+
+KERNELS = REPO_ROOT / "kernels"
+DRAWN = Path(__file__).parent / "adversaries" / "drawn"
+EXPECTED = json.loads((DRAWN / "expected.json").read_text())
+
+
+def suite_spec(op: str, **overrides) -> Spec:
+    module = load_module(f"drawn_spec_{op}", KERNELS / op / "spec.py")
+    for name, value in overrides.items():
+        setattr(module, name, value)
+    return Spec(torch, module)
+
+
+# --- the spec's forms ---------------------------------------------------------------------------------
+
+def test_drawn_shapes_and_transforms_in_every_form_a_spec_writes_them():
+    form = drawn_shapes_of({"dims": [(1, 4096), 64, {128, 64}, None, [0, 1]]}, 5)
+    assert form.dims == (("range", 1, 4096), ("value", 64), ("values", (64, 128)), ("listed",), ("range", 0, 1))
+    assert drawn_shapes_of((None, "the op takes one size"), 2).off == "the op takes one size"
+    t = transforms_of(["*10", "x*100", "+90", "x-90"])
+    assert [(kind, amount) for kind, _, amount in t.ops] == [("scale", 10.0), ("scale", 100.0), ("shift", 90.0), ("shift", -90.0)]
+    assert transforms_of({"ops": ["*10"], "inputs": ["x"]}).inputs == ("x",)
+    assert transforms_of((None, "inputs are probabilities")).off == "inputs are probabilities"
+    default = suite_spec("softmax")
+    assert default.drawn_shapes.dims is None and [t for _, t, _ in default.transforms.ops] == ["x*10", "x*100", "x+90"]
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("DRAWN_SHAPES", None, "needs a reason"),
+    ("DRAWN_SHAPES", (None, ""), "reason as text"),
+    ("DRAWN_SHAPES", {"dims": [(9, 2), (1, 4)]}, "is not a dimension"),
+    ("DRAWN_SHAPES", {"dims": [(1, 4)]}, "has 1 dimension(s), the correctness shapes 2"),
+    ("DRAWN_SHAPES", [(1, 4), (1, 4)], 'must be {"dims"'),
+    ("TRANSFORMS", ["*1"], "is not a transform"),
+    ("TRANSFORMS", ["/10"], "is not a transform"),
+    ("TRANSFORMS", [], "must be a list"),
+    ("TRANSFORMS", {"ops": ["*10"], "inputs": "x"}, "as a dict"),
+])
+def test_a_malformed_form_is_one_line_in_the_spec_and_in_tileloop_check(tmp_path, name, value, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("{", r"\{")):
+        suite_spec("softmax", **{name: value})
+    source = (KERNELS / "softmax" / "spec.py").read_text() + f"\n{name} = {value!r}\n"
+    (tmp_path / "spec.py").write_text(source)
+    module = load_module("drawn_spec_checked", tmp_path / "spec.py")
+    problems = [p for p in spec_problems(torch, module, Lines(tmp_path / "spec.py", "spec.py")) if name in p["what"]
+                or message in p["what"]]
+    assert len(problems) == 1 and "\n" not in problems[0]["what"], problems
+    assert problems[0]["where"] == f"spec.py:{len(source.splitlines())}" and problems[0]["hint"]
+
+
+def test_the_suite_specs_pass_the_static_check_of_the_new_names():
+    for spec in sorted(KERNELS.glob("*/spec.py")):
+        module = load_module(f"drawn_static_{spec.parent.name}", spec)
+        assert not [p for p in spec_problems(torch, module, Lines(spec, spec.name)) if "DRAWN" in p["what"] or "TRANSFORMS" in p["what"]]
+
+
+# --- what is drawn ------------------------------------------------------------------------------------
+
+def test_block_size_is_the_largest_power_of_two_the_sources_name(tmp_path):
+    (tmp_path / "a.py").write_text("BLOCK = 128\nX = 3\nY = 1 << 12\nZ = 2 ** 20\nW = 48\n")
+    (tmp_path / "b.py").write_text("def f(n, BLOCK=64):\n    return n * 8\n")
+    (tmp_path / "broken.py").write_text("def (:")
+    assert drawn.block_size([str(tmp_path / "a.py"), str(tmp_path / "b.py"), str(tmp_path / "broken.py")]) == 4096
+    assert drawn.block_size([str(tmp_path / "b.py")]) == 64
+    assert drawn.block_size([str(tmp_path / "missing.py")]) == 0
+
+
+def test_dimensions_come_from_the_spec_and_a_head_size_stays_one_the_spec_lists():
+    dims, why = drawn.dimensions(suite_spec("softmax"))
+    assert dims == [("range", 1, 8192), ("range", 1, 16384)] and not why
+    dims, _ = drawn.dimensions(suite_spec("attention"))
+    assert dims[3] == ("values", (64, 128)) and dims[4] == ("range", 0, 1)
+    stated = suite_spec("attention", DRAWN_SHAPES={"dims": [(1, 2), 2, (1, 300), None, {1}]})
+    assert drawn.dimensions(stated)[0] == [("range", 1, 2), ("values", (2,)), ("range", 1, 300), ("values", (64, 128)),
+                                           ("values", (1,))]
+    off, why = drawn.dimensions(suite_spec("softmax", DRAWN_SHAPES=(None, "one width only")))
+    assert off is None and "one width only" in why
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_drawn_shapes_stay_in_range_and_budget_pass_the_block_and_avoid_multiples_of_16(device):
+    spec = suite_spec("softmax")
+    checked = spec.correctness_shapes
+    rng = random.Random(5)
+    above = 0
+    for _ in range(60):
+        draws, record = drawn.plan(spec, device, ["float16"], checked, [str(DRAWN / "row_sum_unmasked_blocks.py")], rng)
+        budget = record["bounds"]["max_elements"]["float16"]
+        assert record["bounds"]["block"] == 4096
+        plain = [d for d in draws if d.transform is None]
+        assert len(plain) == drawn.DRAWS and [d.transform for d in draws if d.transform] == ["x*10", "x*100", "x+90"]
+        for d in plain:
+            rows, cols = d.shape
+            assert 1 <= rows <= 8192 and 1 <= cols <= 16384 and rows * cols <= budget, d
+            assert all(v < 16 or v % 16 for v in d.shape), d
+            above += cols > 4096
+        assert len({d.seed for d in draws}) == len(draws)
+    assert above >= 40  # one dimension of each draw above the block where the range allows (rows never reach 4096 here)
+    assert budget == (64 * 2053 if device == "cpu" else 64 * 64 * 2053)
+
+
+def test_under_the_interpreter_a_draw_costs_no_more_programs_than_the_spec_bounds():
+    spec = suite_spec("softmax")
+    rng = random.Random(9)
+    for _ in range(40):
+        draws, _ = drawn.plan(spec, "cpu", ["float32"], spec.correctness_shapes, [str(KERNELS / "softmax" / "softmax_triton.py")], rng)
+        for d in draws:
+            assert d.shape[0] <= max(64, drawn.FOCUS_SPAN * 128) and d.shape[1] <= max(2053, drawn.FOCUS_SPAN * 128), d
+
+
+def test_turned_off_in_the_spec_nothing_is_drawn_and_the_record_says_why():
+    spec = suite_spec("softmax", DRAWN_SHAPES=(None, "one width"), TRANSFORMS=(None, "no magnitudes"))
+    draws, record = drawn.plan(spec, "cpu", ["float32"], spec.correctness_shapes, [])
+    assert draws == [] and any("one width" in n for n in record["notes"]) and any("no magnitudes" in n for n in record["notes"])
+
+
+def test_transforms_touch_floating_inputs_only_never_integers_or_output_buffers():
+    spec = suite_spec("attention", TRANSFORMS={"ops": ["*100", "+90"], "inputs": ["q", "v"]})
+    inputs = spec.make_inputs((1, 2, 7, 64, 1), "float16", 3, "cpu")
+    scaled = drawn.transformed(torch, spec, inputs, "x*100")
+    assert torch.equal(scaled["q"], (inputs["q"].float() * 100).half()) and torch.equal(scaled["k"], inputs["k"])
+    assert scaled["causal"] == 1 and scaled["out"] is inputs["out"]
+    shifted = drawn.transformed(torch, spec, inputs, "x+90")
+    assert torch.equal(shifted["v"], (inputs["v"].float() + 90).half())
+
+
+# --- the comparison -----------------------------------------------------------------------------------
+
+def test_nan_where_the_reference_is_finite_fails_and_what_the_output_dtype_cannot_hold_is_not_compared():
+    ref = torch.tensor([0.5, 1e6, float("inf"), 2.0], dtype=torch.float64)
+    out = torch.tensor([0.5, float("inf"), float("inf"), 2.0], dtype=torch.float16)
+    res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3)
+    assert res["ok"] and res["compared"] == 2
+    out[3] = float("nan")
+    res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3)
+    assert not res["ok"] and "NaN" in res["reason"]
+
+
+def in_process(spec: Spec, path: Path):
+    """A kernel's call in this process (the judge's pieces without its processes), under the interpreter."""
+    harness = Harness(torch, spec, "cpu")
+    fn = spec.entry(load_module(f"drawn_impl_{path.stem}", path))
+    return harness, lambda inputs, refs: harness.outputs_of(fn(**inputs), inputs)
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def test_a_softmax_without_its_maximum_fails_a_shifted_draw_and_the_online_one_passes(interpreted):
+    spec = suite_spec("softmax")
+    draws = [drawn.Draw(0, (5, 17), "float16", 11, None), drawn.Draw(1, (5, 17), "float16", 11, "x+90")]
+    harness, naive = in_process(spec, DRAWN / "softmax_without_max.py")
+    _, online = in_process(spec, DRAWN / "softmax_online.py")
+    entries, failed = drawn.check_drawn(harness, {"incumbent": online, "candidate": naive}, draws)
+    assert entries[0]["labels"]["candidate"]["ok"]  # right on the spec's own inputs
+    assert failed["label"] == "candidate" and "drawn check 1 (5x17 float16, seed 11, x+90)" in failed["reason"]
+    assert "NaN" in failed["reason"] and entries[1]["labels"]["incumbent"]["ok"]
+
+
+def test_a_row_sum_that_drops_the_end_of_wide_rows_fails_a_drawn_width_and_an_incumbent_failing_is_named(interpreted):
+    spec = suite_spec("row_sum")
+    harness, dropped = in_process(spec, DRAWN / "row_sum_unmasked_blocks.py")
+    _, masked = in_process(spec, DRAWN / "row_sum_masked_blocks.py")
+    listed = [drawn.Draw(i, s, "float32", 4, None) for i, s in enumerate([(20, 1), (64, 2053), (2, 8192)])]
+    assert drawn.check_drawn(harness, {"candidate": dropped}, listed)[1] is None  # every width the spec lists
+    wide = [drawn.Draw(0, (3, 5000), "float32", 4, None)]
+    assert drawn.check_drawn(harness, {"incumbent": masked, "candidate": masked}, wide)[1] is None
+    entries, failed = drawn.check_drawn(harness, {"incumbent": dropped, "candidate": masked}, wide)
+    assert failed["label"] == "incumbent" and "candidate" not in entries[0]["labels"]
+
+
+def test_a_draw_the_spec_cannot_make_is_skipped_with_a_note_and_charged_to_no_one(interpreted):
+    spec = suite_spec("silu_mul")
+    harness, call = in_process(spec, KERNELS / "silu_mul" / "silu_mul_triton.py")
+    entries, failed = drawn.check_drawn(harness, {"candidate": call}, [drawn.Draw(0, (3, 17), "float32", 1, None)])
+    assert failed is None and "even last dimension" in entries[0]["skipped"] and entries[0]["labels"] == {}
+
+
+# --- the record ---------------------------------------------------------------------------------------
+
+def test_the_draws_reach_the_backend_result_and_the_record(tmp_path):
+    record = {"draws": [{"index": 0, "shape": [3, 5000], "dtype": "float16", "seed": 7, "transform": None,
+                         "labels": {"candidate": {"ok": False, "reason": "3/3 elements outside"}}}], "notes": [], "bounds": {}}
+    raw = {"status": "incorrect", "failed_impl": "candidate", "message": "wrong on drawn check 0", "drawn": record,
+           "correctness": {"passed": False}}
+    result = to_backend_result("interpreter", raw, "candidate", tmp_path / "w", tmp_path)
+    assert result.drawn == record and result.correctness == "FAIL"
+    assert BackendResult.from_json(json.loads(json.dumps(result.__dict__))).drawn == record
+    assert result.unmeasured("why").drawn == record
+    assert [d.shape for d in drawn.replayed(record["draws"])] == [(3, 5000)]
+
+
+# --- through the judge's processes --------------------------------------------------------------------
+
+def judged(tmp_path: Path, op: str, incumbent: Path, candidate: Path, **extra) -> dict:
+    """`candidate` against `incumbent` by the judge under the interpreter, correctness only (no timing)."""
+    from loop.measure.launch import run_worker
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(incumbent, tmp_path / "incumbent.py")
+    shutil.copy(candidate, tmp_path / "candidate.py")
+    folder = KERNELS / op
+    job = {"spec": str(folder / "spec.py"), "target_dir": str(folder), "target": str(folder / f"{op}_triton.py"),
+           "device": "cpu", "backend": "interpreter", "check": ["candidate"], "seed": 3, "bench": False,
+           "dtypes": ["float16"], "correctness_shapes": [[5, 17], [33, 1000]],
+           "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
+                     {"label": "candidate", "path": str(tmp_path / "candidate.py")}], **extra}
+    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_adversary_of_this_class_gets_its_verdict_from_the_judge(tmp_path, env, name):
+    """The adversaries pass the spec's own shapes (drawn checks off: status ok) and get their expected
+    verdict with them on; every draw is in the result, a failure names its draw, and it replays."""
+    want = EXPECTED[name]
+    incumbent = KERNELS / want["op"] / f"{want['op']}_triton.py"
+    candidate = DRAWN / f"{name}.py"
+    without = judged(tmp_path / "off", want["op"], incumbent, candidate, drawn=False)
+    assert without["status"] == "ok" and "drawn" not in without, without
+    raw = judged(tmp_path / "on", want["op"], incumbent, candidate)
+    assert raw["status"] == want["status"], raw.get("message")
+    entries = raw["drawn"]["draws"]
+    assert entries and raw["drawn"]["labels"] == ["incumbent", "candidate"]
+    assert all({"shape", "dtype", "seed", "transform"} <= set(e) for e in entries)
+    if want["status"] == "ok":
+        return
+    assert raw["failed_impl"] == "candidate" and "wrong on drawn check" in raw["message"]
+    bad = next(e for e in entries if not e["labels"].get("candidate", {"ok": True})["ok"])
+    replay = judged(tmp_path / "replay", want["op"], incumbent, candidate,
+                    draws=[{k: bad[k] for k in ("shape", "dtype", "seed", "transform")}])
+    assert replay["status"] == "incorrect" and replay["drawn"]["notes"] == ["replayed"], replay.get("message")
+
+
+def test_every_adversary_of_this_class_has_an_expectation_and_an_honest_counterpart():
+    assert {p.stem for p in DRAWN.glob("*.py")} == set(EXPECTED)
+    for name, want in EXPECTED.items():
+        assert want["status"] in ("ok", "incorrect") and (KERNELS / want["op"] / "spec.py").exists()
+        if want["status"] == "incorrect":
+            assert EXPECTED[want["honest"]]["status"] == "ok", name
