@@ -8,6 +8,7 @@ measurement replaced), and a kill during the sweep stage. Slow: a real sweep und
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -288,3 +289,23 @@ def test_a_sweep_under_the_interpreter_records_every_value_and_commits_the_best(
         assert gitops.head_sha(kernel_repo) == rec.commit
     assert {f"launch-param:BLOCK={v}" for v in (256, 512, 1024, 2048)} <= set(sweep.tried)
     assert history.rows(kernel_repo, RUN, sweep.branch)[-1].optimization == rec.optimization
+
+
+def test_the_unattended_loop_sweeps_the_candidate_it_proposes(kernel_repo, monkeypatch):
+    exp, _, fake = stage(kernel_repo, monkeypatch, ["ok"])
+    exp.state.skip_recipes = [r.id for r in playbook.recipes() if r.id != "launch-param"]
+    exp.settings = dataclasses.replace(exp.settings, judge_host=False)  # nothing is measured: no judge to host
+    seen = {}
+    monkeypatch.setattr(Sweeping, "evaluate", lambda self, title, hyp, recipe, key, **kw: seen.update(key=key, **kw))
+    exp.run_loop(max_iters=1)
+    assert seen["key"].startswith("launch-param:") and "=sweep(" in seen["key"] and seen["sweep"]["values"]
+    assert seen["sweep"]["timed"] == bool(fake.asked)  # a block size is timed; num_warps under the interpreter is not
+
+
+def test_an_experiment_interrupted_after_its_sweep_keeps_the_sweep_in_its_record(kernel_repo, monkeypatch):
+    exp, cand, _ = stage(kernel_repo, monkeypatch, ["ok"])
+    summary, chosen = exp.sweep_stage(1, cand, cand.sweep, "h")
+    exp._apply(1, cand.sweep.key, cand.sweep.named(chosen.value), "h", cand.recipe, chosen.source, summary)
+    record = open_run(RUN, load_settings(), log=lambda _: None).repair()  # as after a kill on entering commit
+    assert record.status == "crash" and record.optimization.endswith("(interrupted)") and record.sweep == summary
+    assert gitops.head_sha(kernel_repo) == st.load(kernel_repo, RUN).best_commit  # the tree restorable: at the best
