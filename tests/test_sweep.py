@@ -309,3 +309,14 @@ def test_an_experiment_interrupted_after_its_sweep_keeps_the_sweep_in_its_record
     record = open_run(RUN, load_settings(), log=lambda _: None).repair()  # as after a kill on entering commit
     assert record.status == "crash" and record.optimization.endswith("(interrupted)") and record.sweep == summary
     assert gitops.head_sha(kernel_repo) == st.load(kernel_repo, RUN).best_commit  # the tree restorable: at the best
+
+
+def test_step_recipe_takes_the_sweep_unless_a_key_names_one_value(kernel_repo, monkeypatch):
+    exp, _, _ = stage(kernel_repo, monkeypatch, [])
+    first = exp.recipe_candidate("launch-param")
+    assert first.sweep is not None and first.sweep.values[0].key == first.key
+    assert exp.recipe_candidate("launch-param", first.key).sweep is None  # that value alone, as before sweeps
+    assert exp.recipe_candidate("launch-param", first.sweep.key).sweep == first.sweep
+    exp.state.tried.append(first.sweep.values[1].key)  # a value tried: the sweep's key is the rest's
+    rest = first.sweep.untried(exp.state.tried)
+    assert exp.recipe_candidate("launch-param", rest.key).sweep == first.sweep
