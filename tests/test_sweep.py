@@ -320,3 +320,15 @@ def test_step_recipe_takes_the_sweep_unless_a_key_names_one_value(kernel_repo, m
     exp.state.tried.append(first.sweep.values[1].key)  # a value tried: the sweep's key is the rest's
     rest = first.sweep.untried(exp.state.tried)
     assert exp.recipe_candidate("launch-param", rest.key).sweep == first.sweep
+
+
+def test_suggestions_offer_the_sweep_beside_the_one_value(kernel_repo, monkeypatch):
+    exp, _, _ = stage(kernel_repo, monkeypatch, [])
+    found = {s["key"]: s for s in exp.suggestions(limit=20)}
+    block = found["launch-param:BLOCK=256"]
+    assert block["sweep"] == {"key": "launch-param:BLOCK=sweep(256,512,1024,2048)",
+                              "optimization": "BLOCK sweep 128 -> {256,512,1024,2048}", "values": [256, 512, 1024, 2048],
+                              "apply": "tileloop step --recipe launch-param --key 'launch-param:BLOCK=sweep(256,512,1024,2048)'"}
+    assert "sweep" not in found.get("eviction-policy:evict_first", {})  # a hint has no values to sweep
+    exp.state.tried += ["launch-param:BLOCK=512", "launch-param:BLOCK=1024", "launch-param:BLOCK=2048"]
+    assert "sweep" not in {s["key"]: s for s in exp.suggestions(limit=20)}["launch-param:BLOCK=256"]

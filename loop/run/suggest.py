@@ -94,9 +94,19 @@ class Suggesting(Sweeping):
                 hist = next((r for r in ranked_kinds if r["kind"] == c.kind), None)
                 out.append({"recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
                             "hypothesis": c.hypothesis, "experience": hist,
-                            "apply": shlex.join(["tileloop", "step", "--recipe", c.recipe, "--key", c.key])})
+                            "apply": shlex.join(["tileloop", "step", "--recipe", c.recipe, "--key", c.key]),
+                            **self._sweep_suggestion(c)})
         out.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: playbook order within equal rank
         return out[:limit]
+
+    def _sweep_suggestion(self, cand: Candidate) -> dict:
+        """{"sweep": ...} for a candidate that carries a sweep of values this run has not tried: its
+        values in one experiment, and the command that takes them; {} otherwise."""
+        sweep = cand.sweep.untried(self.state.tried) if cand.sweep is not None and not self.state.harness else None
+        if sweep is None:
+            return {}
+        return {"sweep": {"key": sweep.key, "optimization": sweep.title, "values": [v.value for v in sweep.values],
+                          "apply": shlex.join(["tileloop", "step", "--recipe", cand.recipe, "--key", sweep.key])}}
 
     def recipe_candidate(self, recipe_id: str, key: str | None = None) -> Candidate:
         """The candidate `step --recipe` applies: the named one, or the recipe's first worth a step."""
