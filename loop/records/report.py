@@ -193,14 +193,19 @@ def _incumbent(r: Record) -> float | None:
     return b.incumbent_ms if b else None
 
 
+NOT_A_RATE = "n/a (interpreter)"
+
+
 def _roofline(state, best: Record) -> list[str]:
     shapes = best.backends[state.target_backend].shapes if best.backends.get(state.target_backend) else []
     roof = []
+    interp = best.interpreter  # an interpreter's wall clock says nothing of a GPU's bytes or flops per second
     for s in shapes:
         st = _stats(s)
         roof.append({"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "method": methods.method_text(s.get("method")),
-                     "median_ms": f"{st.get('median_ms', 0):.6f}", "GB/s": f"{st['gbps']:.0f}" if st.get("gbps") else "",
-                     "TFLOP/s": f"{st['tflops']:.2f}" if st.get("tflops") else "",
+                     "median_ms": f"{st.get('median_ms', 0):.6f}",
+                     "GB/s": NOT_A_RATE if interp else f"{st['gbps']:.4g}" if st.get("gbps") else "",
+                     "TFLOP/s": NOT_A_RATE if interp else f"{st['tflops']:.4g}" if st.get("tflops") else "",
                      "fraction of clone bandwidth": f"{st['frac_clone_bw']:.2f}" if st.get("frac_clone_bw") else "n/a"})
     above = [f"- {'x'.join(map(str, s['shape']))} {s['dtype']}: {n}" for s in shapes for n in s.get("notes") or []
              if str(n).startswith("above 1.0 of the clone")]  # why (`loop.common.timing.above_one`)
