@@ -252,3 +252,22 @@ def test_a_state_rewritten_within_a_run_is_refused_at_the_next_iteration(run):
     with pytest.raises(IntegrityError, match=r"state\.json"):
         exp.evaluate("BLOCK 128 -> 1024")
     assert path.read_text() == forged
+
+
+def test_a_file_staged_while_measured_is_unstaged_and_set_aside(run):
+    """Kernel code could stage files for the record stage's amend: a staged change to a tracked file and
+    a staged new file are both put back, and neither reaches the experiment's commit."""
+    repo, exp, judge = run
+
+    def stage(root: Path) -> None:
+        (root / "planted.py").write_text("X = 1\n")
+        (root / SPEC).write_text((root / SPEC).read_text() + "\n# staged\n")
+        git(root, "add", "planted.py", SPEC)
+        git(root, "checkout", "--", SPEC)  # the working tree as it was: only the index differs
+
+    judge.during = stage
+    record, _ = step(exp, 1024)
+    assert_void(record, exp, "planted.py")
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "planted.py").exists()
+    assert list(exp.dir.glob("refused/*/untracked/planted.py"))
+    assert git(repo, "show", "--name-only", "--format=", record.commit) == TARGET

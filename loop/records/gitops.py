@@ -168,10 +168,17 @@ def set_aside(root: Path, tracked: list[str], untracked: list[str], where: Path)
     import shutil
 
     where.mkdir(parents=True, exist_ok=True)
+    untracked = list(untracked)
     with open_repo(root) as repo:
         if tracked:
             (where / "tracked.patch").write_text(repo.git.diff("--no-ext-diff", "--no-textconv", "HEAD", "--", *tracked) + "\n")
-            repo.git.checkout("HEAD", "--", *tracked)
+            in_head = set(repo.git.ls_tree("-r", "--name-only", "HEAD", "--", *tracked).splitlines())
+            staged_only = [p for p in tracked if p not in in_head]  # added to the index, not in HEAD
+            if staged_only:
+                repo.git.rm("-q", "--cached", "--ignore-unmatch", "--", *staged_only)
+                untracked += [p for p in staged_only if (root / p).exists() and p not in untracked]
+            if in_head:
+                repo.git.checkout("HEAD", "--", *[p for p in tracked if p in in_head])
     for rel in untracked:
         dest = where / "untracked" / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
