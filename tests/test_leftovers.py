@@ -78,3 +78,23 @@ def test_a_failure_log_of_a_test_stays_in_its_temporary_folder(tmp_path, monkeyp
     assert log.is_relative_to(tmp_path_factory.getbasetemp())
     assert Path(tempfile.gettempdir()).is_relative_to(tmp_path_factory.getbasetemp())
     assert Path(os.environ["TMPDIR"]).is_relative_to(tmp_path_factory.getbasetemp())  # and a child's
+
+
+def test_a_scratch_folder_of_a_killed_command_is_removed_by_the_next_one(tmp_path):
+    """probe, check, compile, profile and friends work in scratch folders named after their process:
+    one left by a kill -9 goes at the next tileloop command; a live process's stays."""
+    import subprocess
+    import sys
+
+    from loop.common import files
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    left = tmp_path / f"{files.SCRATCH}{dead}-probe-abc"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "f.txt").write_text("x")
+    mine = tmp_path / f"{files.SCRATCH}{os.getpid()}-check-xyz"
+    mine.mkdir()
+    assert files.sweep_scratch(tmp_path) == [left]
+    assert not left.exists() and mine.exists()
+    with files.scratch("compile") as tmp:
+        assert Path(tmp).name.startswith(f"{files.SCRATCH}{os.getpid()}-compile-")

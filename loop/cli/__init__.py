@@ -23,7 +23,7 @@ import sys
 from loop import __version__
 from loop.cli import common, lifecycle, playbook, reading, suite, target, tools
 from loop.cli.common import CLI_SCHEMA, write_traceback
-from loop.common import arena
+from loop.common import arena, files
 from loop.common import settings as settings_mod
 from loop.common.errors import UserError
 
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(as_json, command, exc.message, exc.hint, exc.exit_code)
         command = args.command
         arena.sweep()  # the shared memory a judge killed mid-measurement left (loop/common/arena.py)
+        files.sweep_scratch()  # the scratch folders of a tileloop process killed mid-command
         try:
             settings = settings_mod.load()
             code = COMMANDS[command](args, settings)

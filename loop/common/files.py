@@ -42,3 +42,42 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.unlink(tmp)
         raise
 
+
+
+SCRATCH = "tileloop-scratch-"
+
+
+def scratch(kind: str) -> tempfile.TemporaryDirectory:
+    """A temporary folder for one command's work (a probe, a check, a build), named after this
+    process, so that one left by a kill -9 is removed by the next tileloop command (`sweep_scratch`)."""
+    return tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-{kind}-")
+
+
+def sweep_scratch(folder: Path | None = None) -> list[Path]:
+    """Remove the scratch folders of tileloop processes no longer alive; returns what was removed."""
+    import shutil
+
+    folder = Path(folder or tempfile.gettempdir())
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(SCRATCH)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        pid = name[len(SCRATCH):].split("-", 1)[0]
+        if not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        shutil.rmtree(folder / name, ignore_errors=True)
+        if not (folder / name).exists():
+            removed.append(folder / name)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

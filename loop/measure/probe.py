@@ -3,16 +3,16 @@ versions and tools of this machine; the orchestrator never imports torch or trit
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from loop.common.errors import UserError
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker
+from loop.common.files import scratch
 
 
 def probe_environment(root: Path, settings: Settings) -> dict:
-    with tempfile.TemporaryDirectory(prefix="tileloop-probe-") as tmp:
+    with scratch("probe") as tmp:
         workdir = Path(tmp)
         result = run_worker(workdir, None, None, settings, workdir / "triton-cache", timeout_s=300, name="probe")
     if result.get("status") != "ok":

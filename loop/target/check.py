@@ -18,7 +18,6 @@ start on any problem.
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 
 from loop import backends as backend_registry
@@ -28,6 +27,7 @@ from loop.measure.compile_gate import compile_gate, compile_summary
 from loop.measure.launch import run_worker
 from loop.records import gitops
 from loop.target.contract import Kernel, load_kernel, spec_dtypes
+from loop.common.files import scratch
 
 
 def problem(what: str, where: str = "", hint: str = "") -> dict:
@@ -117,7 +117,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool
            "target_dir": str(kernel.target_abs.parent), "language": kernel.language, "backend": backend,
            "device": device, "run_kernels": not (kernel.language == "cutile" and device == "cpu"),
            "spec_shown": str(kernel.spec), "target_shown": str(kernel.target)}
-    with tempfile.TemporaryDirectory(prefix="tileloop-check-") as tmp:
+    with scratch("check") as tmp:
         raw = run_worker(Path(tmp), job, backend_registry.get(backend), settings, Path(tmp) / "cache", name="check")
     if raw.get("status") != "ok":
         tail = (raw.get("log_tail") or "").strip().splitlines()
@@ -137,7 +137,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool
 
 
 def _build(kernel: Kernel, archs: list[str], settings: Settings, out: dict) -> None:
-    with tempfile.TemporaryDirectory(prefix="tileloop-check-") as tmp:
+    with scratch("check") as tmp:
         raw = compile_gate(workdir=Path(tmp), spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
                            target=kernel.target_abs, language=kernel.language, archs=archs, settings=settings,
                            cache_root=Path(tmp), dtypes=spec_dtypes(kernel.spec_abs))

@@ -3,7 +3,6 @@ with registers and spills per kernel, and its Tile IR hazards with their line.""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from loop.common.settings import Settings
@@ -11,6 +10,7 @@ from loop.measure.compile_gate import compile_gate, compile_summary
 from loop.records import gitops
 from loop.records.perf_table import markdown_table
 from loop.target.contract import load_kernel, spec_dtypes
+from loop.common.files import scratch
 from playbook.hazards import scan
 
 
@@ -20,7 +20,7 @@ def compile_target(target: str, archs: list[str], settings: Settings) -> tuple[d
     root = gitops.root_or_folder(path.parent)
     kernel = load_kernel(path, root)
     hazards = scan(kernel.target_abs.read_text(), kernel.language)
-    with tempfile.TemporaryDirectory(prefix="tileloop-compile-") as tmp:
+    with scratch("compile") as tmp:
         raw = compile_gate(workdir=Path(tmp), spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
                            target=kernel.target_abs, language=kernel.language, archs=archs, settings=settings,
                            cache_root=Path(tmp), dtypes=spec_dtypes(kernel.spec_abs))

@@ -3,12 +3,12 @@ packages it has, and what to do about it."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker
+from loop.common.files import scratch
 
 # (package, version prefix, other package, its bad versions from, what breaks, the fix)
 KNOWN_BAD = (
@@ -39,7 +39,7 @@ def known_bad(probe: dict) -> list[dict]:
 
 def interpreter_check(settings: Settings) -> dict:
     """A small kernel with a loop to a runtime bound, run under the Triton interpreter in a worker."""
-    with tempfile.TemporaryDirectory(prefix="tileloop-doctor-") as tmp:
+    with scratch("doctor") as tmp:
         raw = run_worker(Path(tmp), {"mode": "interpreter-check"}, backend_registry.get("interpreter"), settings,
                          Path(tmp) / "triton-cache", timeout_s=300, name="interpreter-check")
     if raw.get("status") != "ok":

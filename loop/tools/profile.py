@@ -32,14 +32,13 @@ import shlex
 import shutil
 import statistics
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure, UserError
-from loop.common.files import atomic_write_text
+from loop.common.files import atomic_write_text, scratch
 from loop.common.settings import Settings
 from loop.measure import probe as probing
 from loop.measure.launch import run_worker, worker_command
@@ -244,7 +243,7 @@ def run(target: str, *, shape: list[int] | None, dtype: str | None, backend: str
 
     rid, iteration, where = _run_context(root, run_id, str(kernel.target), source)
     payload.update(run=rid, iteration=iteration, context=where)
-    with tempfile.TemporaryDirectory(prefix="tileloop-profile-") as tmp:
+    with scratch("profile") as tmp:
         workdir = st.run_dir(root, rid) / "logs" / f"profile-{iteration}" if rid else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         csv_path = workdir / "ncu.csv"

@@ -8,12 +8,12 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from loop.worker.failures import load_module
+from loop.common.files import scratch
 
 # A kernel that loops to a runtime bound: the construct the Triton 3.6 interpreter fails on under
 # numpy >= 2.4 ("only 0-dimensional arrays can be converted to Python scalars").
@@ -157,7 +157,7 @@ def interpreter_check(job: dict) -> dict:
     with TRITON_INTERPRET=1) and check its sum: whether `--device cpu` can work on this machine."""
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="tileloop-interpreter-") as tmp:
+    with scratch("interpreter") as tmp:
         path = Path(tmp) / "tileloop_interpreter_probe.py"
         path.write_text(INTERPRETER_PROBE)
         try:
