@@ -155,11 +155,12 @@ def test_transforms_touch_floating_inputs_only_never_integers_or_output_buffers(
 
 def test_nan_where_the_reference_is_finite_fails_and_what_the_output_dtype_cannot_hold_is_not_compared():
     ref = torch.tensor([0.5, 1e6, float("inf"), 2.0], dtype=torch.float64)
-    out = torch.tensor([0.5, float("inf"), float("inf"), 2.0], dtype=torch.float16)
-    res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3)
+    out = torch.tensor([0.5, float("inf"), float("inf"), 2.0], dtype=torch.float64)  # as the judge reads it: wide
+    res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3, torch.float16)
     assert res["ok"] and res["compared"] == 2
+    assert not drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3, torch.float32)["ok"]
     out[3] = float("nan")
-    res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3)
+    res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3, torch.float16)
     assert not res["ok"] and "NaN" in res["reason"]
 
 
@@ -231,7 +232,8 @@ def judged(tmp_path: Path, op: str, incumbent: Path, candidate: Path, **extra) -
     folder = KERNELS / op
     job = {"spec": str(folder / "spec.py"), "target_dir": str(folder), "target": str(folder / f"{op}_triton.py"),
            "device": "cpu", "backend": "interpreter", "check": ["candidate"], "seed": 3, "bench": False,
-           "dtypes": ["float16"], "correctness_shapes": [[5, 17], [33, 1000]],
+           "dtypes": ["float16"], "correctness_shapes": [list(s) for s in Spec(torch, load_module(
+               f"drawn_judged_{op}", folder / "spec.py")).correctness_shapes[-2:]],  # the budget of the spec's largest
            "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
                      {"label": "candidate", "path": str(tmp_path / "candidate.py")}], **extra}
     return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")

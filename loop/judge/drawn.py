@@ -206,6 +206,9 @@ def plan(spec: Spec, device: str, dtypes: list[str], checked: list[tuple], sourc
             if shape is None:
                 notes.append(f"{dtype}: no shape within the ranges fits the budget of {budget.elements} elements")
                 break
+            if focus is not None and shape[focus] <= block:
+                notes.append(f"{dtype}: {shape_text(shape)}: dimension {focus} could not pass the block size {block} "
+                             "within the budget")
             shapes.append(shape)
             draws.append(Draw(len(draws), shape, dtype, rng.randrange(1 << 31)))
         for _, text, _ in transforms.ops:
@@ -241,10 +244,11 @@ def _peak(torch, refs: list) -> float:
     return max(peaks, default=0.0)
 
 
-def compare_where_finite(torch, got: list, refs: list, atol: float, rtol: float) -> dict:
+def compare_where_finite(torch, got: list, refs: list, atol: float, rtol: float, dtype) -> dict:
     """The comparison restricted to the elements whose reference is finite and within the range of the
-    output's dtype (an overflow the output dtype cannot hold is no kernel's fault); NaN or inf in the
-    output there is a mismatch. `compared` says how many elements that left."""
+    output dtype `dtype` (an overflow the output dtype cannot hold is no kernel's fault; the judge reads
+    outputs in a wide type, so the dtype is the spec's); NaN or inf in the output there is a mismatch.
+    `compared` says how many elements that left."""
     if len(got) == len(refs) and all(n and not n.startswith("output ") for n, _ in refs) and {n for n, _ in got} == {n for n, _ in refs}:
         lookup = dict(got)
         got = [(n, lookup[n]) for n, _ in refs]
@@ -252,7 +256,7 @@ def compare_where_finite(torch, got: list, refs: list, atol: float, rtol: float)
     for (name, out), (ref_name, ref) in zip(got, refs):
         if (isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor) and out.is_floating_point()
                 and tuple(out.shape) == tuple(ref.shape)):
-            keep = torch.isfinite(ref) & (ref.abs() <= torch.finfo(out.dtype).max)
+            keep = torch.isfinite(ref) & (ref.abs() <= torch.finfo(dtype).max)
             out, ref = out[keep.to(out.device)], ref[keep]
         compared += int(ref.numel()) if isinstance(ref, torch.Tensor) else 1
         kept_got.append((name, out))
@@ -283,12 +287,14 @@ def check_drawn(harness: Harness, calls: dict[str, KernelCall], draws: list[Draw
         if draw.transform:  # the absolute tolerance grows with the outputs (a sum of x*100 is 100 times larger)
             atol *= max(1.0, _peak(torch, refs) / plain) if plain > 0 else 1.0
         entry.update(atol=atol, rtol=rtol)
+        buffers = [v for k, v in inputs.items() if k in harness.outputs and isinstance(v, torch.Tensor) and v.is_floating_point()]
+        out_dtype = buffers[0].dtype if buffers else spec.torch_dtype(draw.dtype)  # what the outputs are stored in
         for label in calls:
             mine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
             snapshot = {k: v.clone() for k, v in mine.items() if isinstance(v, torch.Tensor) and k not in harness.outputs}
             harness.prepare_call(mine)
             got = calls[label](mine, refs)
-            rec = (compare_where_finite(torch, got, refs, atol, rtol) if draw.transform
+            rec = (compare_where_finite(torch, got, refs, atol, rtol, out_dtype) if draw.transform
                    else compare_outputs(torch, got, refs, atol, rtol))
             if rec["ok"] and (msg := check_inputs_unchanged(torch, mine, snapshot)):
                 rec.update(ok=False, reason=msg)
