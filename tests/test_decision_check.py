@@ -1,6 +1,8 @@
-"""tileloop decision-check: the plant size search, the per-trial decisions and their summary (pure),
-the worker's choice of shapes and dtype, the CLI's refusals, and one end-to-end run on vector_add
-under the Triton interpreter (A/A not kept, a planted doubling detected both ways)."""
+"""tileloop decision-check: the plant (its source, its size search), the per-trial decisions as the
+loop takes them and their summary (pure), the checks of --dtype and the entry point, the job each
+trial gives the judge (an iteration's), the whole check over a stand-in judge (calibration, trials,
+second measurements, a crash), and one end-to-end run through the real judge on vector_add under
+the Triton interpreter (A/A not kept, a planted doubling detected both ways)."""
 
 from __future__ import annotations
 
@@ -9,19 +11,25 @@ import io
 import json
 import math
 import random
+import re
 import shutil
+import types
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from cli_schema import problems, schemas
 from loop import decide
 from loop.cli import main
-from loop.decide.check import summarize, trial_rows, wilson
-from loop.tools.decision_check import parse_shape, read_events
+from loop.common import settings as settings_mod
+from loop.common.errors import UserError
 from loop.common.jobs import MAX_PROBES
-from loop.worker.decision_job import BadInput, _bench_dtype, _shapes, next_size
+from loop.decide.check import judged_decision, next_size, summarize, trial_rows, wants_again, wilson
+from loop.measure import evaluate
+from loop.target.contract import load_kernel
+from loop.tools import decision_check
+from loop.tools.decision_check import Judged, parse_shape
+from loop.tools.plant import planted_source
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 POLICY = decide.Policy()
@@ -31,7 +39,7 @@ POLICY = decide.Policy()
 
 
 def search(effect_of, frac: float, rate: float, max_elems: int = 1 << 29) -> list[tuple[int, float]]:
-    """The calibration loop of the worker, over a synthetic cost model instead of measurements."""
+    """The calibration loop, over a synthetic cost model instead of measurements."""
     tol = max(0.15 * frac, 0.002)
     probes = [(1, effect_of(1))]
     while len(probes) < MAX_PROBES and min(abs(e - frac) for _, e in probes) > tol:
@@ -67,13 +75,81 @@ def test_search_stays_inside_its_bracket_even_with_a_wild_estimate():
     assert next_size([(1, 0.0), (2, 0.5)], 0.03, 1 << 29, rate=1e-3) is None  # closed bracket
 
 
+# ----------------------------------------------------------------------------- the plant's source
+
+TOY = "import torch\n\n\ndef run(x, out):\n    out.copy_(x * 2)\n    return out\n"
+
+
+def load(source: str) -> types.ModuleType:
+    module = types.ModuleType("planted_toy")
+    exec(compile(source, "planted_toy.py", "exec"), module.__dict__)  # noqa: S102 - the test's own source
+    return module
+
+
+def scratch_of(planted) -> dict:
+    """The plant's buffers by size, from the planted entry function's closure."""
+    (scratch,) = [c.cell_contents for c in planted.__closure__ if isinstance(c.cell_contents, dict)]
+    return scratch
+
+
+def test_the_planted_source_returns_the_same_output_and_does_real_work_in_proportion_to_its_arguments():
+    import torch
+
+    module = load(planted_source(TOY, "run", 1 << 18, "cpu"))  # size 2^18: scratch bytes = the arguments' bytes
+    x = torch.arange(1 << 16, dtype=torch.float32)
+    out = module.run(x=x, out=torch.empty_like(x))
+    assert torch.equal(out, x * 2)
+    ((n, buf),) = scratch_of(module.run).items()
+    assert n == 2 * (1 << 16) and buf.dtype == torch.float32 and buf.eq(-1).all()  # negated once per call
+    module.run(x=x, out=torch.empty_like(x))
+    assert buf.eq(1).all() and len(scratch_of(module.run)) == 1  # the same buffer for arguments of the same size
+    small = load(planted_source(TOY, "run", 1, "cpu"))
+    small.run(x=x, out=torch.empty_like(x))
+    assert list(scratch_of(small.run)) == [1]  # the smallest plant: one extra launch on one element
+
+
+def test_a_planted_change_is_measurable_and_exercised_as_the_loop_reads_it():
+    from loop.target.change import describe
+    from loop.target.coverage import unexercised
+
+    src = (KERNELS / "vector_add" / "vector_add_triton.py").read_text()
+    planted = planted_source(src, "run", 1000, "cuda")
+    for before, after in ((src, planted), (planted, src)):
+        change = describe(before, after)
+        assert change.kinds and decide.measurability(change, "gpu").measurable
+        assert decide.measurability(change, "interpreter").measurable
+        assert unexercised(before, after, ["add_kernel"], ["run"]) == []
+
+
+def test_the_plant_follows_the_entry_the_spec_names_and_refuses_an_adapter(tmp_path):
+    op = tmp_path / "op"
+    shutil.copytree(KERNELS / "vector_add", op, ignore=shutil.ignore_patterns("__pycache__"))
+    kernel = load_kernel(op / "vector_add_triton.py", tmp_path)
+    assert decision_check._plant_entry(kernel) == "run"
+    spec = op / "spec.py"
+    spec.write_text(spec.read_text() + "\n\ndef entry(target, x, y, out):\n    return target.run(x=x, y=y, out=out)\n")
+    with pytest.raises(UserError, match="adapter"):
+        decision_check._plant_entry(kernel)
+
+
 # ----------------------------------------------------------------------------- decisions per trial
 
 
-def timing_entry(shape, inc, cand, ok=True):
+def timing_entry(shape, inc, cand):
     return {"shape": list(shape), "dtype": "float32", "method": "cuda_graph", "calls_per_sample": 1, "notes": [],
-            "impls": {"incumbent": {"samples_ms": inc}, "candidate": {"samples_ms": cand}},
-            "recheck": {"incumbent": {"ok": True}, "candidate": {"ok": ok, **({} if ok else {"reason": "3 NaN"})}}}
+            "impls": {"incumbent": {"samples_ms": inc, "median_ms": sorted(inc)[len(inc) // 2]},
+                      "candidate": {"samples_ms": cand, "median_ms": sorted(cand)[len(cand) // 2]}},
+            "recheck": {"incumbent": {"ok": True}, "candidate": {"ok": True}}}
+
+
+def ok(*entries) -> dict:
+    return {"status": "ok", "message": "", "timing": {"shapes": list(entries)}, "shapes": [e["shape"] for e in entries],
+            "unexercised": [], "unmeasurable": ""}
+
+
+def failed(status, shapes, failed_impl="candidate") -> dict:
+    return {"status": status, "message": "why", "failed_impl": failed_impl, "timing": None, "shapes": shapes,
+            "unexercised": [], "unmeasurable": ""}
 
 
 def samples(rng, factor, n=40, spread=0.003):
@@ -86,59 +162,60 @@ def test_trial_rows_decide_each_shape_and_all_shapes_like_the_loop():
     rng = random.Random(1)
     slow = timing_entry((1024,), *samples(rng, 1.10))
     same = timing_entry((4096,), *samples(rng, 1.00))
-    rows = trial_rows({"trial": 4, "scenario": "slowdown", "timing": {"shapes": [slow, same]}}, POLICY)
+    rows = trial_rows({"trial": 4, "scenario": "slowdown", "first": ok(slow, same)}, POLICY)
     by_shape = {json.dumps(r["shape"]): r for r in rows}
     assert by_shape["[1024]"]["verdict"] == "regression" and by_shape["[1024]"]["ratio"] == pytest.approx(1.10, rel=0.01)
     assert by_shape["[4096]"]["verdict"] == "within_noise"
     assert by_shape['"all"']["action"] == "revert" and by_shape['"all"']["verdict"] == "regression"
     assert all(r["trial"] == 4 and r["scenario"] == "slowdown" for r in rows)
+    # the joint row is the loop's own decision on the judged measurement
+    assert by_shape['"all"']["speedup"] == judged_decision(POLICY, ok(slow, same)).speedup
 
 
 def test_trial_rows_one_shape_has_no_joint_row_and_a_speedup_is_kept():
     rng = random.Random(2)
-    rows = trial_rows({"trial": 0, "scenario": "speedup", "timing": {"shapes": [timing_entry((8,), *samples(rng, 1 / 1.03))]}},
-                      POLICY)
+    rows = trial_rows({"trial": 0, "scenario": "speedup", "first": ok(timing_entry((8,), *samples(rng, 1 / 1.03)))}, POLICY)
     assert len(rows) == 1
     assert (rows[0]["action"], rows[0]["verdict"]) == ("keep", "low_gain")
 
 
 def test_a_suspicious_speedup_is_decided_by_its_second_measurement_like_the_loop():
     rng = random.Random(4)
-    first = {"shapes": [timing_entry((8,), *samples(rng, 1 / 3.5)), timing_entry((16,), *samples(rng, 1 / 2.0))]}
-    event = {"trial": 1, "scenario": "speedup", "timing": first}
+    first = ok(timing_entry((8,), *samples(rng, 1 / 3.5)), timing_entry((16,), *samples(rng, 1 / 2.0)))
+    event = {"trial": 1, "scenario": "speedup", "first": first}
     alone = trial_rows(event, POLICY)  # no second measurement recorded: the decision is what it is
     assert [r["action"] for r in alone] == ["remeasure", "keep", "remeasure"] and not any(r["remeasured"] for r in alone)
-    again = {"shapes": [timing_entry((8,), *samples(rng, 1 / 2.2)), timing_entry((16,), *samples(rng, 1 / 2.1))]}
-    rows = trial_rows({**event, "remeasure": again}, POLICY)
+    assert wants_again(alone)
+    again = ok(timing_entry((8,), *samples(rng, 1 / 2.2)), timing_entry((16,), *samples(rng, 1 / 2.1)))
+    rows = trial_rows({**event, "again": again}, POLICY)
     by_shape = {json.dumps(r["shape"]): r for r in rows}
     # the shapes the loop would have measured again are decided on the second measurement
     assert by_shape["[8]"]["remeasured"] and by_shape["[8]"]["ratio"] == pytest.approx(1 / 2.2, rel=0.01)
     assert by_shape['"all"']["remeasured"] and by_shape['"all"']["action"] == "keep"
     # a decision that was final the first time stays the first measurement's
     assert not by_shape["[16]"]["remeasured"] and by_shape["[16]"]["ratio"] == pytest.approx(1 / 2.0, rel=0.01)
-    assert {r["action"] for r in rows} == {"keep"}
+    assert {r["action"] for r in rows} == {"keep"} and not wants_again(rows)
 
 
-def test_the_worker_measures_again_exactly_when_the_loop_would():
-    from loop.worker.decision_job import remeasure_wanted
+@pytest.mark.parametrize("status, failed_impl, action, verdict", [
+    ("incorrect", "candidate", "revert", "incorrect"),  # an output of the timed run wrong: the judge says so
+    ("uncorroborated", "candidate", "revert", "uncorroborated"),  # the judge's clock refused the candidate's timing
+    ("uncorroborated", "incumbent", "unmeasured", "void"),  # the incumbent's: nothing charged to the candidate
+    ("runtime_error", "candidate", "crash", "runtime_error"),
+    ("fallback", None, "revert", "guard_failed"),  # the backend proof failed
+])
+def test_a_judged_failure_decides_every_row_as_the_loop_decides_it(status, failed_impl, action, verdict):
+    rows = trial_rows({"trial": 0, "scenario": "aa", "first": failed(status, [[8], [16]], failed_impl)}, POLICY)
+    assert [r["shape"] for r in rows] == [[8], [16], "all"]
+    assert {(r["action"], r["verdict"]) for r in rows} == {(action, verdict)}
+    assert all(r["ratio"] is None for r in rows)
 
-    rng = random.Random(5)
-    assert remeasure_wanted([timing_entry((8,), *samples(rng, 1.0)), timing_entry((16,), *samples(rng, 1 / 3.4))], POLICY.to_json())
-    assert not remeasure_wanted([timing_entry((8,), *samples(rng, 1 / 2.8))], POLICY.to_json())
-    assert not remeasure_wanted([timing_entry((8,), *samples(rng, 1 / 3.4), ok=False)], POLICY.to_json())  # incorrect: decided as such
-    for factor in (1 / 3.4, 1 / 2.8, 1.0):  # the trigger agrees with decide() on a single shape
-        entry = timing_entry((8,), *samples(rng, factor))
-        (r,) = trial_rows({"trial": 0, "scenario": "speedup", "timing": {"shapes": [entry]}}, POLICY)
-        assert (r["action"] == "remeasure") == remeasure_wanted([entry], POLICY.to_json())
 
-
-def test_wrong_output_of_a_timed_run_reverts_every_row_as_incorrect():
+def test_a_change_no_check_ran_is_unexercised_for_every_row():
     rng = random.Random(3)
-    bad = timing_entry((8,), *samples(rng, 0.5), ok=False)
-    good = timing_entry((16,), *samples(rng, 0.5))
-    rows = trial_rows({"trial": 0, "scenario": "aa", "timing": {"shapes": [good, bad]}}, POLICY)
-    assert {(r["action"], r["verdict"]) for r in rows} == {("revert", "incorrect")}
-    assert len(rows) == 3
+    outcome = {**ok(timing_entry((8,), *samples(rng, 0.5))), "unexercised": ["helper"]}
+    (r,) = trial_rows({"trial": 0, "scenario": "slowdown", "first": outcome}, POLICY)
+    assert (r["action"], r["verdict"]) == ("revert", "unexercised")
 
 
 # ----------------------------------------------------------------------------- summary
@@ -189,31 +266,14 @@ def test_parse_shape():
             parse_shape(bad)
 
 
-SPEC = SimpleNamespace(benchmark_shapes=[(1 << 24,), (1 << 20,), (1 << 28,)], interpreter_shapes=[(8192,)],
-                       correctness_shapes=[(1,), (127,)], dtypes=["bfloat16", "float16"])  # as loop.common.spec.Spec reads it
-
-
-def test_default_shapes_are_the_smallest_and_largest_an_iteration_times():
-    assert _shapes(SPEC, {"device": "cuda"}) == [(1 << 20,), (1 << 28,)]
-    assert _shapes(SPEC, {"device": "cpu"}) == [(8192,)]
-    assert _shapes(SPEC, {"device": "cpu", "shapes": [[1024], [2048]]}) == [(1024,), (2048,)]
-    with pytest.raises(BadInput, match="2 dimension"):
-        _shapes(SPEC, {"device": "cuda", "shapes": [[64, 64]]})
-
-
-def test_dtype_is_the_iterations_unless_asked():
-    assert _bench_dtype(SPEC, {"device": "cuda"}) == "bfloat16"
-    assert _bench_dtype(SPEC, {"device": "cpu"}) == "float16"
-    with pytest.raises(BadInput, match="interpreter"):
-        _bench_dtype(SPEC, {"device": "cpu", "dtype": "bfloat16"})
-    with pytest.raises(BadInput, match="DTYPES"):
-        _bench_dtype(SPEC, {"device": "cuda", "dtype": "float64"})
-
-
-def test_read_events_ignores_a_torn_last_line(tmp_path):
-    path = tmp_path / "events.jsonl"
-    path.write_text('{"event": "start"}\n{"event": "trial", "trial": 0}\n{"event": "tri')
-    assert [e["event"] for e in read_events(path)] == ["start", "trial"]
+def test_dtype_is_the_iterations_unless_asked_and_then_one_of_the_spec():
+    kernel = load_kernel(KERNELS / "vector_add" / "vector_add_triton.py", KERNELS.parent)
+    assert decision_check._bench_dtype(kernel, "cuda", None) is None  # the judge times the spec's first, as an iteration
+    assert decision_check._bench_dtype(kernel, "cuda", "bfloat16") == "bfloat16"
+    with pytest.raises(UserError, match="interpreter"):
+        decision_check._bench_dtype(kernel, "cpu", "bfloat16")
+    with pytest.raises(UserError, match="DTYPES"):
+        decision_check._bench_dtype(kernel, "cuda", "float64")
 
 
 def test_plant_scenarios_without_a_plant_are_refused(capsys):
@@ -224,7 +284,117 @@ def test_plant_scenarios_without_a_plant_are_refused(capsys):
     assert "--plant" in capsys.readouterr().err
 
 
-# ----------------------------------------------------------------------------- end to end (interpreter)
+def test_each_trial_is_the_judged_measurement_an_iteration_asks_for(tmp_path, monkeypatch):
+    """The job decision-check writes is `loop.measure.evaluate.measure`'s for the target backend, key for
+    key and value for value (but the seed, which is the trial's), and it goes to the judge."""
+    from loop.measure.launch import worker_command
+
+    asked = []
+    monkeypatch.setattr(evaluate, "run_worker", lambda workdir, job, *a, **k: asked.append(job) or {"status": "timeout"})
+    kernel = load_kernel(KERNELS / "vector_add" / "vector_add_triton.py", KERNELS.parent)
+    impls = {"incumbent": tmp_path / "a.py", "candidate": tmp_path / "b.py"}
+    evaluate.measure(root=tmp_path, workdir=tmp_path, spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
+                     impls=impls, check=["candidate"], backend_names=["interpreter"],
+                     availability={"interpreter": {"available": True}}, target_backend="interpreter", device="cpu", seed=5,
+                     settings=settings_mod.load(), cache_root=tmp_path, timing=evaluate.CPU_TIMING, target=kernel.target_abs)
+    (iteration,) = asked
+    mine = Judged(kernel, "interpreter", "cpu", settings_mod.load(), tmp_path, None, None).job(impls, 5)
+    assert {k: v for k, v in mine.items() if k != "seed"} == {k: v for k, v in iteration.items() if k != "seed"}
+    assert "mode" not in mine and worker_command(settings_mod.load(), tmp_path, "w", mine)[2] == "loop.judge"
+    asked_for = Judged(kernel, "interpreter", "cpu", settings_mod.load(), tmp_path, [(256,)], "float32").job(impls, 5)
+    assert asked_for["bench_shapes"] == [[256]] and asked_for["bench_dtype"] == "float32"
+
+
+# ----------------------------------------------------------------------------- the check over a stand-in judge
+
+
+class StandInJudge:
+    """`run_worker` for a judged measurement, from the two implementation files it is given: a planted
+    file (its size read from its source) takes 1 + 0.002 + 2e-6 * size as long; `crash_at` makes that
+    measurement a runtime error."""
+
+    def __init__(self, crash_at: int | None = None, spread: float = 0.002):
+        self.jobs, self.crash_at, self.rng, self.spread = [], crash_at, random.Random(11), spread
+
+    @staticmethod
+    def cost(path: str) -> float:
+        m = re.search(r"_decision_check_plant\(entry, size=(\d+)", Path(path).read_text())
+        return 1.0 + (0.002 + 2e-6 * int(m.group(1)) if m else 0.0)
+
+    def __call__(self, workdir, job, backend, settings, cache_dir, timeout_s=None, name="", host=None):
+        self.jobs.append(job)
+        if len(self.jobs) == self.crash_at:
+            return {"status": "runtime_error", "failed_impl": "candidate", "message": "illegal address", "log_tail": ""}
+        cost = {i["label"]: self.cost(i["path"]) for i in job["impls"]}
+        shapes = []
+        for shape in job.get("bench_shapes") or [[256], [4096]]:
+            impls = {}
+            for label, c in cost.items():
+                xs = [c * math.exp(self.rng.gauss(0, self.spread)) for _ in range(30)]
+                impls[label] = {"samples_ms": xs, "median_ms": sorted(xs)[15]}
+            shapes.append({"shape": shape, "dtype": "float16", "method": "interpreter_wallclock", "calls_per_sample": 1,
+                           "notes": [], "impls": impls, "recheck": {k: {"ok": True} for k in impls}})
+        return {"status": "ok", "correctness": {"passed": True, "launched": {"candidate": ["add_kernel"]},
+                                                "called": {"candidate": ["run"]}},
+                "timing": {"dtype": "float16", "device": "cpu", "shapes": shapes}, "proof": {"ok": True}}
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    judge = StandInJudge()
+    monkeypatch.setattr(decision_check, "run_worker", judge)
+    monkeypatch.setattr(decision_check.probing, "probe_environment", lambda root, settings: {"triton_version": "3.6.0"})
+    monkeypatch.setattr(decision_check, "start_judge_host", lambda settings, folder: None)
+    shutil.copytree(KERNELS / "vector_add", tmp_path / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
+    return judge
+
+
+def check(tmp_path, **kw) -> dict:
+    args = dict(trials=3, plant=0.05, scenarios=None, shapes=None, device="cpu", target_backend=None, dtype=None, seed=1,
+                settings=settings_mod.load(), workdir=tmp_path / "work", log=lambda _m: None)
+    return decision_check.run(str(tmp_path / "vector_add" / "vector_add_triton.py"), **{**args, **kw})
+
+
+def test_the_check_calibrates_the_plant_and_decides_every_trial_through_judged_measurements(tmp_path, stand_in):
+    result = check(tmp_path)
+    assert result["complete"] and result["measured_by"] == "judge" and result["trials_done"] == 3
+    assert result["judged_measurements"] == len(stand_in.jobs)
+    (cal_256, cal_4096) = result["calibration"]
+    # 5% asked: 0.002 + 2e-6 * size = 0.05 at size 24000; one size for both shapes
+    assert cal_256["elems"] == cal_4096["elems"] and abs(cal_256["elems"] - 24_000) < 0.15 * 24_000
+    assert cal_256["ratio"] == pytest.approx(1 + 0.002 + 2e-6 * cal_256["elems"], abs=0.003)
+    assert cal_256["probes"][0]["elems"] == 1 and cal_256["probes"][1]["elems"] == 1 << 28 and cal_256["refused"] == 0
+    trials = stand_in.jobs[-9:]  # 3 trials x 3 scenarios, in a rotating order, each its own judged measurement
+    assert all(j["check"] == ["candidate"] and "mode" not in j for j in trials)
+    planted = {(StandInJudge.cost(j["impls"][0]["path"]) > 1, StandInJudge.cost(j["impls"][1]["path"]) > 1) for j in trials}
+    assert planted == {(False, False), (False, True), (True, False)}  # aa, slowdown, speedup
+    by = {s["scenario"]: s for s in result["summary"] if s["shape"] == "all"}
+    assert by["aa"]["hits"] == 0 and by["slowdown"]["hits"] == 3 and by["speedup"]["hits"] == 3
+    assert result["shapes"] == [[256], [4096]] and result["dtype"] == "float16"
+    assert problems({"schema": "tileloop.cli/1", "command": "decision-check", **result}) == []
+
+
+def test_a_speedup_over_the_suspicious_limit_is_measured_again_and_decided_on_that(tmp_path, stand_in):
+    result = check(tmp_path, plant=0.5, scenarios=("speedup",), trials=2, policy=decide.Policy(suspicious=1.2))
+    rows = result["per_trial"]
+    assert len(rows) == 6 and all(r["remeasured"] for r in rows) and "remeasure" not in {r["action"] for r in rows}
+    assert result["judged_measurements"] == len(stand_in.jobs)
+    seeds = [j["seed"] for j in stand_in.jobs[-4:]]
+    assert seeds[0] == seeds[1] and seeds[2] == seeds[3]  # measured again as an iteration does: the same inputs
+
+
+def test_a_crash_ends_the_check_incomplete_with_the_trials_so_far(tmp_path, stand_in):
+    stand_in.crash_at = 3
+    result = check(tmp_path, plant=None, trials=5)
+    assert not result["complete"] and result["failure"]["status"] == "runtime_error"
+    assert result["trials_done"] == 2 and result["judged_measurements"] == 3
+    assert [r["action"] for r in result["per_trial"] if r["trial"] == 2] == ["crash"] * 3  # the loop's decision, kept
+    stand_in.crash_at, stand_in.jobs[:] = 1, []
+    with pytest.raises(UserError, match="before any trial finished"):
+        check(tmp_path, plant=0.05)  # the calibration's first measurement
+
+
+# ----------------------------------------------------------------------------- end to end (interpreter, the real judge)
 
 
 @pytest.fixture(scope="module")
@@ -235,20 +405,22 @@ def cpu_check(tmp_path_factory):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = main(["decision-check", str(root / "vector_add" / "vector_add_triton.py"), "--device", "cpu",
-                   "--trials", "5", "--plant", "1.0", "--shapes", "256", "--json", "--out", str(report)])
+                   "--trials", "4", "--plant", "1.0", "--shapes", "256", "--json", "--out", str(report)])
     return rc, json.loads(out.getvalue()), report
 
 
 @pytest.mark.slow
-def test_cpu_run_is_complete_and_labelled(cpu_check):
+def test_cpu_run_is_complete_labelled_and_judged(cpu_check):
     rc, payload, report = cpu_check
     assert rc == 0
     assert payload["schema"] == "tileloop.cli/1" and payload["command"] == "decision-check"
-    assert payload["complete"] and payload["trials_done"] == 5
+    assert payload["complete"] and payload["trials_done"] == 4
     assert payload["backend"] == "interpreter" and payload["timings"] == "interpreter"
     assert payload["shapes"] == [[256]] and payload["dtype"] == "float16"
-    assert len(payload["per_trial"]) == 15  # 5 trials x 3 scenarios x 1 shape
-    assert "false_keep" in report.read_text() and "interpreter" in report.read_text()
+    assert len(payload["per_trial"]) == 12  # 4 trials x 3 scenarios x 1 shape
+    assert payload["measured_by"] == "judge" and payload["judged_measurements"] >= 12 + 1 + 3  # trials, probes, rounds
+    assert payload["proof"] and payload["proof"]["ok"]
+    assert "false_keep" in report.read_text() and "interpreter" in report.read_text() and "judged" in report.read_text()
 
 
 @pytest.mark.slow
@@ -257,8 +429,8 @@ def test_cpu_aa_trials_are_not_kept(cpu_check):
     aa = [r for r in payload["per_trial"] if r["scenario"] == "aa"]
     # on a quiet machine none is kept; a heavily shared CPU has shown about 1 false keep in 20 interpreter
     # trials, so one is tolerated here. A decision path that keeps identical code fails this.
-    assert len(aa) == 5 and sum(r["action"] == "keep" for r in aa) <= 1
-    assert {r["action"] for r in aa} <= {"keep", "revert"} and "incorrect" not in {r["verdict"] for r in aa}
+    assert len(aa) == 4 and sum(r["action"] == "keep" for r in aa) <= 1
+    assert "incorrect" not in {r["verdict"] for r in aa}
     summary = next(s for s in payload["summary"] if s["scenario"] == "aa")
     assert summary["metric"] == "false_keep" and summary["true_ratio"] == 1.0
     assert summary["hits"] == sum(r["action"] == "keep" for r in aa)
@@ -274,12 +446,14 @@ def test_cpu_planted_doubling_is_measured_and_detected_both_ways(cpu_check):
     assert cal["ratio"] > 1.15
     slow = next(s for s in payload["summary"] if s["scenario"] == "slowdown")
     fast = next(s for s in payload["summary"] if s["scenario"] == "speedup")
-    # a shared CPU can make a trial's interval very wide (then it is reverted within_noise: seen in one of
-    # three trials in CI's slow tier, two tests per core), but a doubling is far outside the noise of most
-    # trials: two of five; a plant that did nothing would score 0 here (at most one A/A false keep in 20)
-    assert slow["hits"] >= 2 and set(slow["decisions"]) <= {"revert/regression", "revert/within_noise"}
+    # a shared CPU can make a trial's interval very wide (then it is reverted within_noise), or the judge's
+    # clock refuse a timing (uncorroborated, or void where the incumbent's was refused), as it would in an
+    # iteration; a doubling is far outside the noise of most trials: two of four; a plant that did nothing
+    # would score 0 here
+    loaded = {"revert/within_noise", "revert/uncorroborated", "unmeasured/void"}
+    assert slow["hits"] >= 2 and set(slow["decisions"]) <= {"revert/regression"} | loaded
     # a speedup measured over 3x is measured again, as an iteration does: no trial ends on `remeasure`
-    assert fast["hits"] >= 2 and set(fast["decisions"]) <= {"keep/improved", "revert/within_noise"}
+    assert fast["hits"] >= 2 and set(fast["decisions"]) <= {"keep/improved"} | loaded
     assert "remeasure" not in {r["action"] for r in payload["per_trial"]}
     assert slow["measured_ratio_median"] > 1.3 and fast["measured_ratio_median"] < 1 / 1.3
     assert slow["true_ratio"] == cal["ratio"] and fast["true_ratio"] == pytest.approx(1 / cal["ratio"])
@@ -295,27 +469,3 @@ def test_every_json_field_is_documented(cpu_check):
     for part in ("summary", "calibration", "per_trial"):
         missing = set(payload[part][0]) - set(declared[part]["items"]["properties"])
         assert not missing, (part, missing)
-
-
-@pytest.mark.slow
-def test_cpu_speedups_over_the_suspicious_limit_are_measured_again_and_decided_on_that(tmp_path):
-    """With the limit lowered under the planted doubling, every speedup trial takes the loop's second look."""
-    from loop.tools import decision_check
-    from loop.common import settings as settings_mod
-
-    shutil.copytree(KERNELS / "vector_add", tmp_path / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
-    policy = decide.Policy(suspicious=1.2)
-    result = decision_check.run(str(tmp_path / "vector_add" / "vector_add_triton.py"), trials=2, plant=1.0,
-                                scenarios=("speedup",), shapes=[(256,)], device="cpu", target_backend=None, dtype=None,
-                                seed=7, settings=settings_mod.load(), workdir=tmp_path / "work", log=lambda _m: None,
-                                policy=policy)
-    assert result["complete"] and result["policy"]["suspicious"] == 1.2
-    events = [ev for ev in read_events(tmp_path / "work" / "decision-check.events.jsonl") if ev.get("event") == "trial"]
-    assert len(events) == 2 and all(ev["remeasure"] and len(ev["remeasure"]["shapes"]) == 1 for ev in events)
-    # the second measurement is its own (fresh inputs, new samples), and it is the one decided
-    for ev in events:
-        first, again = ev["timing"]["shapes"][0], ev["remeasure"]["shapes"][0]
-        assert first["impls"]["candidate"]["samples_ms"] != again["impls"]["candidate"]["samples_ms"]
-    rows = result["per_trial"]
-    assert len(rows) == 2 and all(r["remeasured"] for r in rows)
-    assert "remeasure" not in {r["action"] for r in rows}

@@ -57,7 +57,7 @@ def add_compare(sub) -> None:
 
 def add_decision_check(sub) -> None:
     sp = sub.add_parser("decision-check", help="measure the keep/revert decision itself: A/A false keeps and the "
-                                               "detection of a planted slowdown or speedup, in one worker")
+                                               "detection of a planted slowdown or speedup, each trial judged as an iteration")
     sp.add_argument("target", help="the kernel file (spec.py beside it)")
     sp.add_argument("--trials", type=positive_int, default=100, help="trials per scenario (default 100)")
     sp.add_argument("--plant", type=decision_check.plant_fraction,
@@ -66,13 +66,13 @@ def add_decision_check(sub) -> None:
     sp.add_argument("--scenarios", type=decision_check.parse_scenarios,
                     help="comma-separated subset of aa,slowdown,speedup (default: aa; all three with --plant)")
     sp.add_argument("--shapes", type=decision_check.parse_shape, nargs="+", metavar="SHAPE",
-                    help="e.g. 1048576 or 4096x4096x4096 (default: the smallest and largest shape an iteration times)")
+                    help="e.g. 1048576 or 4096x4096x4096 (default: the shapes an iteration times)")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings")
     sp.add_argument("--target-backend", choices=["ptx", "tileir", "cutile", "interpreter"],
                     help="backend to time (default: as tileloop init chooses)")
     sp.add_argument("--dtype", help="benchmark dtype (default: the one an iteration times, the spec's first)")
     sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh inputs of every trial")
-    sp.add_argument("--timeout", type=duration, help="limit for the worker (default: estimated from the trials)")
+    sp.add_argument("--timeout", type=duration, help="limit for each judged measurement (default: an iteration's)")
     sp.add_argument("--out", type=Path, help="also write the markdown report to this file")
     common(sp, run_opt=False)
 

@@ -1,7 +1,19 @@
 """Decision-check's verdicts, pure: each trial of a scenario (A/A, a planted slowdown, a planted
-speedup) decided exactly as an iteration is decided (`loop.decide.comparisons` + `decide`), per
+speedup) is one judged measurement, decided exactly as an iteration decides its target backend's
+(`judged_decision`: the judge's typed status first, then `loop.decide.comparisons` + `decide`), per
 shape and, with more than one shape, over all shapes at once; then the rate of each scenario's
-headline outcome with its Wilson interval. The measuring is `loop.tools.decision_check`'s."""
+headline outcome with its Wilson interval. Also the plant's size search (`next_size`). The
+measuring is `loop.tools.decision_check`'s.
+
+A measurement reaches this module as an *outcome*:
+
+    {"status": "ok" | "fallback" | "incorrect" | "uncorroborated" | a crash status,
+     "message": why, when not ok, "failed_impl": the implementation a failure is charged to,
+     "timing": the judge's timing result ({"shapes": [...]}) when ok, else None,
+     "shapes": the shapes timed (the rows of a measurement that failed),
+     "unexercised": the functions the change touched that no check ran, "unmeasurable": why the
+     change cannot show in this timing mode ("" when it can)}
+"""
 
 from __future__ import annotations
 
@@ -16,36 +28,57 @@ from loop.decide.rules import Decision, Policy, comparisons, decide
 SCENARIOS = ("aa", "slowdown", "speedup")
 
 
+def judged_decision(policy: Policy, outcome: dict, remeasured: bool = False) -> Decision:
+    """The loop's decision on one judged measurement of its target backend, as an iteration takes it
+    (`loop.run.iteration` `_decide`, which has guard backends besides): a failure of the incumbent
+    voids the measurement (unmeasured, verdict `void`: nothing is charged to the candidate), a failed
+    backend proof is `guard_failed`, a typed failure of the candidate (incorrect, uncorroborated, a
+    crash) is decided as such, a change no check ran is `unexercised`, one that cannot show in the
+    timing mode `unmeasured`; else the paired comparisons of every timed shape decide."""
+    if outcome["status"] not in ("ok", "fallback") and outcome.get("failed_impl") == "incumbent":
+        return Decision("unmeasured", "void", f"the incumbent failed ({outcome['status']}: {outcome['message'][:300]}): "
+                        "the measurement is void, nothing is charged to the candidate")
+    if outcome["status"] == "fallback":
+        return Decision("revert", "guard_failed", outcome["message"])
+    if outcome["status"] != "ok":
+        return decide(policy, failure=outcome["status"], failure_message=outcome["message"])
+    if outcome.get("unexercised") or outcome.get("unmeasurable"):
+        return decide(policy, unexercised=outcome.get("unexercised") or (), unmeasurable=outcome.get("unmeasurable") or "")
+    return decide(policy, shapes=comparisons(outcome, policy), remeasured=remeasured)
+
+
 def trial_rows(event: dict, policy: Policy) -> list[dict]:
     """The loop's decision for one trial: per shape, and over all shapes when there are several.
 
-    As in an iteration, a `remeasure` (a speedup over `policy.suspicious`) is not the end: the
-    worker measured the trial again (`remeasure` in the event) and that second measurement is
-    decided with `remeasured=True`, the loop's own second look."""
+    As in an iteration, a `remeasure` (a speedup over `policy.suspicious`) is not the end: the trial
+    was measured again (`again` in the event) and that second measurement decides the rows whose
+    first decision was `remeasure`, with `remeasured=True`, the loop's own second look."""
     base = {"trial": event["trial"], "scenario": event["scenario"]}
-    rows = _decided(event["timing"], base, policy, remeasured=False)
-    if event.get("remeasure"):
-        again = _decided(event["remeasure"], base, policy, remeasured=True)
+    rows = _decided(event["first"], base, policy, remeasured=False)
+    if event.get("again"):
+        again = _decided(event["again"], base, policy, remeasured=True)
         rows = [second if first["action"] == "remeasure" else first for first, second in zip(rows, again)]
     return rows
 
 
-def _decided(timing: dict, base: dict, policy: Policy, remeasured: bool) -> list[dict]:
-    shapes = timing["shapes"]
-    keys = [s["shape"] for s in shapes] + (["all"] if len(shapes) > 1 else [])
-    wrong = [(s["shape"], lab, rc) for s in shapes for lab, rc in s["recheck"].items() if not rc["ok"]]
-    if wrong:  # the worker of an iteration reports this as `incorrect`; so does this check
-        shape, lab, rc = wrong[0]
-        d = decide(policy, failure="incorrect",
-                          failure_message=f"{lab}: output written by the timed run is wrong at {shape}: {rc.get('reason')}")
-        return [{**base, "shape": k, **_decision_fields(d, remeasured)} for k in keys]
-    comps = comparisons({"timing": timing}, policy)
+def wants_again(rows: list[dict]) -> bool:
+    """Whether the loop would measure this trial again before deciding it."""
+    return any(r["action"] == "remeasure" for r in rows)
+
+
+def _decided(outcome: dict, base: dict, policy: Policy, remeasured: bool) -> list[dict]:
+    whole = judged_decision(policy, outcome, remeasured)
+    timed = (outcome.get("timing") or {}).get("shapes") or []
+    if not timed or whole.verdict in ("guard_failed", "unexercised", "unmeasured", "void"):  # one decision for every row
+        shapes = [s["shape"] for s in timed] or list(outcome.get("shapes") or [])
+        keys = shapes + (["all"] if len(shapes) != 1 else [])
+        return [{**base, "shape": k, **_decision_fields(whole, remeasured)} for k in keys]
+    comps = comparisons(outcome, policy)
     rows = [{**base, "shape": list(c.shape), "method": s["method"],
              **_decision_fields(decide(policy, shapes=[c], remeasured=remeasured), remeasured)}
-            for c, s in zip(comps, shapes)]
+            for c, s in zip(comps, timed)]
     if len(comps) > 1:
-        rows.append({**base, "shape": "all",
-                     **_decision_fields(decide(policy, shapes=comps, remeasured=remeasured), remeasured)})
+        rows.append({**base, "shape": "all", **_decision_fields(whole, remeasured)})
     return rows
 
 
@@ -113,3 +146,44 @@ def summarize(rows: list[dict], scenarios: Sequence[str], planted: dict[str, flo
                         "measured_ratio_median": statistics.median(ratios) if ratios else None,
                         "true_ratio": truth})
     return out
+
+
+def next_size(probes: Sequence[tuple[int, float]], frac: float, max_elems: int, rate: float) -> int | None:
+    """The next plant size to try so that the plant adds `frac` to the kernel's time (a size is the
+    plant's knob, `loop.tools.decision_check.planted_source`: scratch elements per MiB of arguments).
+
+    `probes` are (size, measured effect) pairs, effect = planted/plain - 1; `rate` is the effect of one
+    unit of size as first estimated (the slope used while the sizes below the target do not give one).
+    An extra op costs about a + b * size, so between a size below and a size above the target the next
+    size interpolates (kept strictly inside that bracket); with sizes below only, it extrapolates with
+    the measured slope (at most 64x at once) or the estimate. None: no size can do better (the
+    smallest already overshoots, `max_elems` is reached, or the bracket is closed).
+    """
+    tried = {n for n, _ in probes}
+    effect = dict(probes)
+    above = [n for n, e in probes if e >= frac]
+    n_hi = min(above) if above else None
+    below = sorted((n, e) for n, e in probes if e < frac and (n_hi is None or n < n_hi))
+    if not below:
+        if n_hi is None or n_hi <= 1:
+            return None
+        n = max(1, n_hi // 16)
+        return None if n in tried else n
+    n_lo, e_lo = below[-1]
+    if n_hi is None:
+        if n_lo >= max_elems:
+            return None
+        slope, low, high = rate, 2 * n_lo, max_elems
+        if len(below) >= 2 and below[-1][1] > below[-2][1]:
+            (n_a, e_a), (n_b, e_b) = below[-2:]
+            slope, low, high = (e_b - e_a) / (n_b - n_a), n_lo + max(1, n_lo // 4), 64 * n_lo
+        guess = n_lo + (frac - e_lo) / slope if slope > 0 else 16 * n_lo
+        n = int(round(min(max(guess, low), high, max_elems)))
+    else:
+        if n_hi - n_lo <= 1:
+            return None
+        guess = n_lo + (frac - e_lo) * (n_hi - n_lo) / (effect[n_hi] - e_lo)
+        n = int(round(min(max(guess, n_lo + 1), n_hi - 1)))
+        if n in tried:
+            n = int(round(math.sqrt(n_lo * n_hi)))
+    return None if n in tried else n

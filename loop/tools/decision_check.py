@@ -1,39 +1,39 @@
-"""`tileloop decision-check <target>`: how often the keep/revert decision is right, measured.
+"""`tileloop decision-check <target>`: how often the loop's keep/revert decision is right, measured.
 
-Scenarios, each repeated `--trials` times at every chosen shape:
+Scenarios, each repeated `--trials` times:
 
-* `aa`: candidate source identical to the incumbent (two copies of the target, loaded as two
-  modules, as an iteration loads them). Any keep is a false keep.
-* `slowdown`: the candidate is the target's `run()` followed by a *plant*: one extra device op
-  (an in-place negation of an fp32 scratch buffer, on the same stream) whose size is calibrated
-  by measurement so that it adds about `--plant` of the kernel's time. Detected = verdict
-  `regression` (the whole interval of a shape lies below 1 - Policy.regression).
+* `aa`: candidate source identical to the incumbent (two copies of the target). Any keep is a false keep.
+* `slowdown`: the candidate is the target with a *plant* (`planted_source`): its entry function, then
+  one extra device op on the same stream (an in-place negation of an fp32 scratch buffer, in
+  proportion to the bytes of the call's tensor arguments), the proportion calibrated by measurement
+  so that it adds about `--plant` of the kernel's time over the shapes timed. Detected = verdict
+  `regression` (the whole interval lies below 1 - Policy.regression).
 * `speedup`: the incumbent carries the plant, the candidate does not. Detected = `keep` (the
   interval's lower end clears 1: verdict improved, low_gain or marginal).
 
-Every trial is measured by the timing rules of an iteration (`loop.worker.bench.bench_shape`: the same
-input sets, ABBA interleaving, CUDA graphs or L2 flush, the check of what the timed run wrote,
-fresh seeded inputs per trial), in one worker process: both sources are the user's own copies of
-one target, so no judge stands between them (an iteration's judged measurement takes the same
-samples one request at a time, each implementation in its own process), and decided exactly as an
-iteration decides
-(`loop.decide.check`: `loop.decide.comparisons` + `loop.decide.decide`, default Policy), per shape and, with more
-than one shape, over all shapes at once (the loop's geometric mean). Only the same-run copy
-bandwidth is skipped: it does not enter the decision. All trials run in one worker
-(`python -m loop.worker`, job mode `decision-check`: `loop.worker.decision_job`), which appends one JSON line per trial to an events
-file; this side follows that file for progress and decides from it afterwards.
+Every trial, and every measurement of the calibration, is one judged measurement of the target
+backend exactly as an iteration makes it: incumbent and candidate written as two implementation
+files, the job an iteration writes (`loop.measure.evaluate.measure`; the shapes and dtype added only
+when asked), the judge (`python -m loop.judge`, forked from a judge host as in an unattended run),
+one kernel process per implementation, the candidate checked at every correctness shape and dtype,
+the interleaved rounds, the audits of timed requests, the corroboration on the judge's clock and the
+backend proof. Its result is typed as an iteration types it (`to_backend_result`), the change's
+measurability and coverage are computed as an iteration computes them, and the decision is the
+loop's (`loop.decide.check.judged_decision`: `decide.comparisons` + `decide.decide`, the loop's
+default Policy), a speedup over 3x measured again first. So a false keep counted here is one the
+loop would make, and an honest candidate refused (`uncorroborated`) is counted as the loop would
+refuse it. Not run: the compile gate and the guard backends (the kernels are the incumbent's).
 
 The planted effect reported is measured, not asked: after calibration, `VERIFY_ROUNDS` separate
-measurements of plain vs planted are pooled into the ratio and its 99% interval. A plant cannot
-be cheaper than one extra launch: where that already exceeds `--plant` (very short kernels),
-the report says so and the planted ratio is what it is.
+judged measurements of plain vs planted are pooled into each shape's ratio and its 99% interval. A
+plant cannot be cheaper than one extra launch: where that already exceeds `--plant` (very short
+kernels), the report says so and the planted ratio is what it is.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import threading
+import ast
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,20 +41,22 @@ from typing import Callable, Sequence
 
 from loop import backends as backend_registry
 from loop import decide
-from loop.common.errors import HarnessFailure, UserError
-from loop.common.jobs import MAX_PROBES, VERIFY_ROUNDS
+from loop.common.errors import UserError
+from loop.common.jobs import seed_for
 from loop.common.jobs import shape_text as _key
-from loop.decide.check import SCENARIOS, metric, summarize, trial_rows
+from loop.decide.check import SCENARIOS, metric, summarize, trial_rows, wants_again
 from loop.measure import probe as probing
-from loop.measure.evaluate import CPU_TIMING
-from loop.measure.launch import run_worker
+from loop.measure.evaluate import CPU_TIMING, to_backend_result
+from loop.measure.launch import run_worker, start_judge_host
 from loop.records import gitops
 from loop.records.perf_table import markdown_table
 from loop.run.progress import ProgressView, plain_log
-from loop.target.contract import load_kernel
+from loop.target.change import describe
+from loop.target.contract import Kernel, load_kernel, spec_dtypes, spec_entry
+from loop.target.coverage import unexercised
+from loop.tools.plant import Stopped, calibrate, planted_source
 
 ENV_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version", "cutile_version")
-UNIT_S = {"cuda": 3.0, "cpu": 6.0}  # generous wall time of one measurement (one shape, one pair), for the timeout
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -87,9 +89,6 @@ def plant_fraction(text: str) -> float:
     return value
 
 
-# --------------------------------------------------------------------------- decisions and summary (pure)
-
-
 def render(result: dict) -> str:
     def num(x, fmt=".4f"):
         return "" if x is None else format(x, fmt)
@@ -97,14 +96,17 @@ def render(result: dict) -> str:
     lines = [f"# decision-check: {result['target']} ({result['backend']}, {result['device']}, {result['dtype']})", "",
              f"{result['trials_done']} of {result['trials']} trial(s) per scenario; policy: revert a shape slower by more "
              f"than {result['policy']['regression']:.0%} beyond noise, keep when the interval (z = {result['policy']['z']}, "
-             f"at least +-{result['policy']['noise_floor']:.1%}) clears 1. Ratio = candidate time / incumbent time.", ""]
+             f"at least +-{result['policy']['noise_floor']:.1%}) clears 1. Ratio = candidate time / incumbent time.", "",
+             f"Measured by the {result['measured_by']}: {result['judged_measurements']} judged measurement(s), each as an "
+             "iteration's (a kernel process per implementation, correctness checks, audits, corroboration), decided "
+             "by the loop's own rules.", ""]
     if result["timings"] == "interpreter":
         lines += ["Timings are Triton-interpreter wall-clock on the CPU, not GPU numbers.", ""]
     if not result["complete"]:
         lines += [f"INCOMPLETE: {result['failure']['status']}: {result['failure']['message']}", ""]
     proof = result.get("proof") or {}
     if proof and not proof.get("ok"):
-        lines += [f"BACKEND PROOF FAILED (an iteration would revert as guard_failed): {proof.get('detail')}", ""]
+        lines += [f"BACKEND PROOF FAILED (an iteration reverts as guard_failed): {proof.get('detail')}", ""]
     rows = [{"scenario": s["scenario"], "shape": _key(s["shape"]), "trials": s["trials"],
              "decisions": ", ".join(f"{k} {v}" for k, v in s["decisions"].items()),
              "rate": f"{s['metric']} {s['hits']}/{s['trials']} = {s['rate']:.1%}",
@@ -116,70 +118,82 @@ def render(result: dict) -> str:
         name, means, _ = metric(scenario, decide.Policy(**result["policy"]))
         lines.append(f"- {scenario}: {name} = {means}")
     cal = [{"shape": _key(c["shape"]), "method": c["method"], "kernel_ms": num(c["kernel_ms"], ".6f"),
-            "plant elems": c["elems"], "asked": f"{c['asked']:.1%}",
+            "plant size": c["elems"], "asked": f"{c['asked']:.1%}",
             "measured planted ratio": f"{c['ratio']:.4f} ({c['lo']:.4f}-{c['hi']:.4f})",
             "rounds": " ".join(f"{r:.4f}" for r in c["rounds"]), "note": c.get("note") or ""}
            for c in result["calibration"]]
     if cal:
         lines += ["", "## Plant calibration", "",
-                  "The plant is one in-place negation of an fp32 scratch buffer after `run()`; its size was chosen by "
-                  "measurement, and its effect measured again in separate rounds (99% interval of the pooled paired ratios).",
+                  "The plant is one in-place negation of an fp32 scratch buffer after the entry function, of `plant size` "
+                  "elements per MiB of the call's tensor arguments; the size was chosen by judged measurements over all "
+                  "shapes, and its effect measured again in separate ones (99% interval of the pooled paired ratios).",
                   "", markdown_table(cal)]
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- orchestrator
+# --------------------------------------------------------------------------- judged measurements
 
 
-def read_events(path: Path) -> list[dict]:
-    """The worker's events, in order; a torn last line (the worker was killed mid-write) is ignored."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return out
+class Judged:
+    """The judged measurements of one decision-check: each writes its two implementation files and the
+    job an iteration writes for its target backend, runs the judge (from the host, where there is
+    one) and returns its outcome, typed and described as an iteration types and describes it."""
+
+    def __init__(self, kernel: Kernel, backend: str, device: str, settings, workdir: Path, shapes: list | None,
+                 dtype: str | None, host=None, timeout_s: float | None = None):
+        self.kernel, self.backend, self.device, self.settings = kernel, backend, device, settings
+        self.workdir, self.shapes, self.dtype, self.host, self.timeout_s = workdir, shapes, dtype, host, timeout_s
+        self.count, self.timed, self.proof = 0, None, None  # timed: (dtype, shapes) the judge timed
+
+    def job(self, impls: dict[str, Path], seed: int) -> dict:
+        """`loop.measure.evaluate.measure`'s job for the target backend (a test holds the two together)."""
+        job = {"spec": str(self.kernel.spec_abs), "target_dir": str(self.kernel.target_abs.parent),
+               "target": str(self.kernel.target_abs), "device": self.device, "backend": self.backend,
+               "impls": [{"label": k, "path": str(v)} for k, v in impls.items()], "check": ["candidate"],
+               "seed": seed_for(seed, self.backend), "bench": True, "timing": CPU_TIMING if self.device == "cpu" else {}}
+        if self.shapes:
+            job["bench_shapes"] = [list(s) for s in self.shapes]
+        if self.dtype:
+            job["bench_dtype"] = self.dtype
+        return job
+
+    def measure(self, inc_src: str, cand_src: str, seed: int) -> dict:
+        self.count += 1
+        folder = self.workdir / f"m{self.count:04d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        impls = {}
+        for label, src in (("incumbent", inc_src), ("candidate", cand_src)):
+            impls[label] = folder / f"{self.kernel.target_abs.stem}__{label}.py"
+            impls[label].write_text(src)
+        raw = run_worker(folder, self.job(impls, seed), backend_registry.get(self.backend), self.settings,
+                         self.workdir / "cache" / self.backend, timeout_s=self.timeout_s, name=f"worker-{self.backend}",
+                         host=self.host)
+        if raw.get("status") == "spec_error" and self.shapes:
+            raise UserError(f"the spec failed at --shapes {' '.join(_key(s) for s in self.shapes)}: {raw.get('message')}"[:600],
+                            hint="give shapes of the rank of the spec's BENCHMARK_SHAPES")
+        result = to_backend_result(self.backend, raw, "candidate", folder, folder)  # spec/harness errors raise here
+        timing = raw.get("timing") if result.status == "ok" else None
+        if timing is not None:
+            self.timed = self.timed or (timing["dtype"], [s["shape"] for s in timing["shapes"]])
+        self.proof = raw.get("proof") or self.proof
+        seen = raw.get("correctness") or {}
+        launched, called = (seen.get("launched") or {}).get("candidate"), (seen.get("called") or {}).get("candidate")
+        can = decide.measurability(describe(inc_src, cand_src), backend_registry.get(self.backend).timing_label)
+        return {"status": result.status, "message": result.reason, "failed_impl": raw.get("failed_impl"), "timing": timing,
+                "shapes": self.timed[1] if self.timed else [list(s) for s in self.shapes or ()],
+                "unexercised": unexercised(inc_src, cand_src, launched, called) if launched is not None else [],
+                "unmeasurable": "" if can.measurable else can.reason, "log_tail": raw.get("log_tail", "")}
 
 
-class _Follow(threading.Thread):
-    """Hands each new complete line of the events file to `on_event` while the worker runs."""
-
-    def __init__(self, path: Path, on_event: Callable[[dict], None], interval_s: float = 0.5):
-        super().__init__(daemon=True, name="decision-check-progress")
-        self.path, self.on_event, self.interval_s = path, on_event, interval_s
-        self._halt, self._offset, self._buf = threading.Event(), 0, b""
-
-    def run(self) -> None:
-        while not self._halt.wait(self.interval_s):
-            self.poll()
-
-    def poll(self) -> None:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return
-        self._offset += len(chunk)
-        *lines, self._buf = (self._buf + chunk).split(b"\n")
-        for line in lines:
-            if line.strip():
-                self.on_event(json.loads(line))
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-        self.poll()
+# --------------------------------------------------------------------------- the check
 
 
 def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[str] | None, shapes: list | None,
         device: str, target_backend: str | None, dtype: str | None, seed: int, settings, workdir: Path,
         timeout_s: float | None = None, log: Callable[[str], None] | None = None,
         policy: decide.Policy | None = None) -> dict:
-    """Run the check in one worker and return the result (the `--json` payload less schema/command).
+    """Run the check, one judged measurement per trial and scenario, and return the result (the `--json`
+    payload less schema/command). `timeout_s` limits each judged measurement (default: an iteration's).
 
     `policy` is the loop's default Policy unless given (tests pass a lower `suspicious`)."""
     log = log or plain_log
@@ -189,53 +203,59 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     if plant is None and any(s != "aa" for s in scenarios):
         raise UserError("the slowdown and speedup scenarios need --plant FRACTION (e.g. --plant 0.03)")
     kernel, backend, probe = _kernel_and_backend(target, device, target_backend, settings, log)
+    entry, bench_dtype = _plant_entry(kernel) if plant else None, _bench_dtype(kernel, device, dtype)
     workdir.mkdir(parents=True, exist_ok=True)
-    src = kernel.target_abs.read_text()
-    impls = []
-    for label in ("incumbent", "candidate"):  # two copies, two modules: as an iteration loads them
-        copy = workdir / f"{kernel.target_abs.stem}__{label}.py"
-        copy.write_text(src)
-        impls.append({"label": label, "path": str(copy)})
-    events_path = workdir / "decision-check.events.jsonl"
-    events_path.unlink(missing_ok=True)
-    job = {"mode": "decision-check", "spec": str(kernel.spec_abs), "target_dir": str(kernel.target_abs.parent),
-           "device": device, "backend": backend, "impls": impls, "seed": seed, "trials": trials, "scenarios": list(scenarios),
-           "plant": plant, "shapes": [list(s) for s in shapes] if shapes else None, "dtype": dtype,
-           "timing": CPU_TIMING if device == "cpu" else {}, "verify_rounds": VERIFY_ROUNDS[device],
-           "events": str(events_path), "policy": policy.to_json()}
-    # a trial is one measurement per shape, two where a speedup over `policy.suspicious` is measured again
-    units = trials * (len(scenarios) + ("speedup" in scenarios)) * max(2, len(shapes or ())) + (2 * (MAX_PROBES + VERIFY_ROUNDS[device]) if plant else 0)
-    timeout = timeout_s or settings.worker_timeout_s + units * UNIT_S[device]
+    plain = kernel.target_abs.read_text()
+    host = start_judge_host(settings, workdir / "judges") if settings.judge_host else None  # as an unattended run's
+    judged = Judged(kernel, backend, device, settings, workdir, shapes, bench_dtype, host, timeout_s)
     view = ProgressView(f"decision-check {kernel.op}", trials, log)
-    follow = _Follow(events_path, lambda ev: _report_event(view, ev, trials, policy))
-    log(f"decision-check: {trials} trial(s) x {', '.join(scenarios)} on {kernel.target} ({backend}); "
-        f"worker timeout {timeout:.0f}s")
+    log(f"decision-check: {trials} trial(s) x {', '.join(scenarios)} on {kernel.target} ({backend}), "
+        f"each a judged measurement")
     started = time.monotonic()
-    follow.start()
+    rows, calibration, failure, done = [], [], None, Counter()
     try:
-        raw = run_worker(workdir, job, backend_registry.get(backend), settings, workdir / "cache", timeout_s=timeout,
-                         name="decision-check")
+        sources = {"aa": (plain, plain)}
+        if plant:
+            calibration, size = calibrate(judged, plain, entry, plant, policy, seed, view)
+            _log_calibration(view, calibration)
+            planted = planted_source(plain, entry, size, device)
+            sources.update(slowdown=(plain, planted), speedup=(planted, plain))
+        for t in range(trials):
+            k = t % len(scenarios)  # rotate the order, so no scenario always runs first after a pause
+            for scenario in list(scenarios[k:]) + list(scenarios[:k]):
+                view.update(iteration=t + 1, change=scenario, stage="measuring")
+                event = {"trial": t, "scenario": scenario,
+                         "first": judged.measure(*sources[scenario], seed_for(seed, "trial", t, scenario))}
+                mine = trial_rows(event, policy)
+                if wants_again(mine):  # as an iteration measures a speedup over `suspicious` again
+                    event["again"] = judged.measure(*sources[scenario], seed_for(seed, "trial", t, scenario))
+                    mine = trial_rows(event, policy)
+                rows += mine
+                _log_trial(view, t, trials, scenario, mine)
+                crashed = next((o for o in (event.get("again"), event["first"])
+                                if o and o["status"] in decide.CRASH_STATUSES), None)
+                if crashed:
+                    raise Stopped(crashed, f"trial {t + 1} {scenario}")
+                done[t] += 1
+    except Stopped as stop:
+        failure = {"status": stop.outcome["status"], "message": f"{stop.what}: {stop.outcome['message']}"}
+        if not rows:
+            raise UserError(f"the target failed before any trial finished: {failure['status']}: {failure['message']}"[:600],
+                            hint=(stop.outcome.get("log_tail") or "").strip()[-300:] or None) from None
     finally:
-        follow.stop()
         view.close()
-    status = raw.get("status")
-    if status == "bad_input":
-        raise UserError(raw.get("message", "bad input"))
-    if status in ("spec_error", "harness_error"):
-        raise HarnessFailure(f"decision-check worker: {status}: {raw.get('message')}\n{raw.get('log_tail', '')[-1500:]}")
-    events = read_events(events_path)
-    rows = [row for ev in events if ev.get("event") == "trial" for row in trial_rows(ev, policy)]
-    if status != "ok" and not rows:
-        raise UserError(f"the target failed before any trial finished: {status}: {raw.get('message', '')}"[:600],
-                        hint=(raw.get("log_tail") or "").strip()[-300:] or None)
-    out = _outcome(events, rows, raw, scenarios, policy, dtype)
+        if host is not None:
+            host.close()
+    planted_ratios = {_key(c["shape"]): c["ratio"] for c in calibration}
+    timed_dtype, timed_shapes = judged.timed or (dtype, [list(s) for s in shapes or ()])
     return {"target": str(kernel.target), "op": kernel.op, "language": kernel.language, "backend": backend,
-            "device": device, "timings": backend_registry.get(backend).timing_label, "dtype": out["dtype"],
-            "shapes": out["shapes"], "trials": trials, "trials_done": out["trials_done"], "complete": out["complete"],
-            "failure": out["failure"], "plant": plant, "scenarios": list(scenarios), "seed": seed,
-            "policy": policy.to_json(), "calibration": out["calibration"], "summary": out["summary"], "per_trial": rows,
-            "proof": raw.get("proof"), "env": {k: probe.get(k) for k in ENV_KEYS},
-            "wall_s": round(time.monotonic() - started, 1)}
+            "device": device, "timings": backend_registry.get(backend).timing_label, "dtype": timed_dtype,
+            "shapes": timed_shapes, "trials": trials, "trials_done": sum(1 for n in done.values() if n == len(scenarios)),
+            "complete": failure is None, "failure": failure, "plant": plant, "scenarios": list(scenarios), "seed": seed,
+            "policy": policy.to_json(), "calibration": calibration,
+            "summary": summarize(rows, scenarios, planted_ratios, policy), "per_trial": rows, "proof": judged.proof,
+            "measured_by": "judge", "judged_measurements": judged.count,
+            "env": {k: probe.get(k) for k in ENV_KEYS}, "wall_s": round(time.monotonic() - started, 1)}
 
 
 def _kernel_and_backend(target: str, device: str, target_backend: str | None, settings, log):
@@ -251,34 +271,35 @@ def _kernel_and_backend(target: str, device: str, target_backend: str | None, se
     return kernel, backend, probe
 
 
-def _outcome(events: list[dict], rows: list[dict], raw: dict, scenarios: Sequence[str], policy: decide.Policy,
-             dtype: str | None) -> dict:
-    """What the worker's events and result say: dtype and shapes, trials done, calibration, the summary."""
-    status = raw.get("status")
-    calibration = [ev["calibration"] for ev in events if ev.get("event") == "calibration"]
-    measured = Counter(ev["trial"] for ev in events if ev.get("event") == "trial")
-    start = next((ev for ev in events if ev.get("event") == "start"), {})
-    planted = {_key(c["shape"]): c["ratio"] for c in calibration}
-    return {"dtype": start.get("dtype", dtype), "shapes": start.get("shapes", []),
-            "trials_done": sum(1 for n in measured.values() if n == len(scenarios)),  # trials with every scenario measured
-            "complete": status == "ok",
-            "failure": None if status == "ok" else {"status": status, "message": raw.get("message", "")},
-            "calibration": calibration, "summary": summarize(rows, scenarios, planted, policy)}
+def _plant_entry(kernel: Kernel) -> str:
+    """The target function the plant follows: the spec's ENTRY (default `run`)."""
+    entry = spec_entry(ast.parse(kernel.spec_abs.read_text()))
+    if entry is None:
+        raise UserError("the slowdown and speedup scenarios plant work after the target's entry function, and this spec "
+                        "calls the target through its own entry(target, **inputs) adapter", hint="run --scenarios aa")
+    return entry
 
 
-def _report_event(view, event: dict, trials: int, policy: decide.Policy) -> None:
-    kind = event.get("event")
-    if kind == "start":
-        view.log(f"decision-check: shapes {', '.join(_key(s) for s in event['shapes'])}, dtype {event['dtype']}")
-    elif kind == "calibration":
-        c = event["calibration"]
-        view.log(f"plant at {_key(c['shape'])}: {c['elems']} elements -> measured ratio {c['ratio']:.4f} "
+def _bench_dtype(kernel: Kernel, device: str, dtype: str | None) -> str | None:
+    """--dtype, checked against the spec's DTYPES where they are literal; None: the one an iteration times."""
+    if dtype is None:
+        return None
+    known = spec_dtypes(kernel.spec_abs)
+    if known is not None and dtype not in known:
+        raise UserError(f"--dtype {dtype} is not one of the spec's DTYPES: {', '.join(known)}")
+    if device == "cpu" and dtype == "bfloat16":
+        raise UserError("--dtype bfloat16 cannot run under the Triton interpreter (--device cpu)")
+    return dtype
+
+
+def _log_calibration(view: ProgressView, calibration: list[dict]) -> None:
+    for c in calibration:
+        view.log(f"plant at {_key(c['shape'])}: size {c['elems']} -> measured ratio {c['ratio']:.4f} "
                  f"({c['lo']:.4f}-{c['hi']:.4f}; asked {1 + c['asked']:.4f})" + (f"; {c['note']}" if c.get("note") else ""))
-    elif kind == "calibrating":
-        view.update(change="calibrating the plant", stage=_key(event["shape"]))
-    elif kind == "trial":
-        rows = trial_rows(event, policy)
-        text = ", ".join(f"{_key(r['shape'])} {r['action']}/{r['verdict']}"
-                         + (f" {r['ratio']:.4f}" if r["ratio"] else "") for r in rows)
-        view.update(iteration=event["trial"] + 1, change=event["scenario"], stage="measured")
-        view.log(f"trial {event['trial'] + 1}/{trials} {event['scenario']}: {text}")
+
+
+def _log_trial(view: ProgressView, t: int, trials: int, scenario: str, rows: list[dict]) -> None:
+    text = ", ".join(f"{_key(r['shape'])} {r['action']}/{r['verdict']}" + (f" {r['ratio']:.4f}" if r["ratio"] else "")
+                     for r in rows)
+    view.update(iteration=t + 1, change=scenario, stage="decided")
+    view.log(f"trial {t + 1}/{trials} {scenario}: {text}")

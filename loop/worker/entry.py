@@ -15,7 +15,6 @@ from loop.common.files import atomic_write_text
 from loop.common.jobs import RESULT_SCHEMA
 from loop.common.processes import watch_parent
 from loop.worker.check_job import check_job
-from loop.worker.decision_job import BadInput, worker_job
 from loop.worker.environment import health, interpreter_check, probe
 from loop.worker.failures import ImplFailure, SpecError, short_traceback
 from loop.worker.jobs import compile_job, profile_job
@@ -24,7 +23,6 @@ from loop.worker.jobs import compile_job, profile_job
 JOBS = {
     "compile": (compile_job, ()),
     "profile": (profile_job, ()),
-    "decision-check": (worker_job, ((BadInput, "bad_input"),)),
     "interpreter-check": (interpreter_check, ()),
     "check": (check_job, ()),
 }
