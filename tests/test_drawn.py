@@ -94,12 +94,21 @@ def test_block_size_is_the_largest_power_of_two_the_sources_name(tmp_path):
 
 def test_dimensions_come_from_the_spec_and_a_head_size_stays_one_the_spec_lists():
     dims, why = drawn.dimensions(suite_spec("softmax"))
-    assert dims == [("range", 1, 8192), ("range", 1, 16384)] and not why
+    assert dims == [("range", 1, 8192, 1), ("range", 1, 16384, 1)] and not why
     dims, _ = drawn.dimensions(suite_spec("attention"))
-    assert dims[3] == ("values", (64, 128)) and dims[4] == ("range", 0, 1)
+    assert dims[3] == ("values", (64, 128)) and dims[4] == ("range", 0, 1, 1)
     stated = suite_spec("attention", DRAWN_SHAPES={"dims": [(1, 2), 2, (1, 300), None, {1}]})
-    assert drawn.dimensions(stated)[0] == [("range", 1, 2), ("values", (2,)), ("range", 1, 300), ("values", (64, 128)),
-                                           ("values", (1,))]
+    assert drawn.dimensions(stated)[0] == [("range", 1, 2, 1), ("values", (2,)), ("range", 1, 300, 1),
+                                           ("values", (64, 128)), ("values", (1,))]
+    assert drawn.dimensions(suite_spec("silu_mul"))[0][1] == ("range", 2, 28672, 2)  # every width it lists is even
+
+
+def test_a_dimension_the_spec_lists_only_even_is_drawn_even_and_still_off_multiples_of_16():
+    spec = suite_spec("silu_mul")
+    rng = random.Random(3)
+    for _ in range(40):
+        draws, _ = drawn.plan(spec, "cpu", ["float16"], spec.correctness_shapes, [str(KERNELS / "silu_mul" / "silu_mul_triton.py")], rng)
+        assert all(d.shape[1] % 2 == 0 and (d.shape[1] < 16 or d.shape[1] % 16) for d in draws if d.transform is None), draws
     off, why = drawn.dimensions(suite_spec("softmax", DRAWN_SHAPES=(None, "one width only")))
     assert off is None and "one width only" in why
 

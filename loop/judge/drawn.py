@@ -80,7 +80,8 @@ def block_size(paths: list[str]) -> int:
 
 
 def dimensions(spec: Spec) -> tuple[list[tuple] | None, str]:
-    """Per dimension ("range", lo, hi) or ("values", (v, ...)), from DRAWN_SHAPES or the spec's shapes;
+    """Per dimension ("range", lo, hi, step) or ("values", (v, ...)), from DRAWN_SHAPES or the spec's
+    shapes (a derived range steps by the greatest common divisor of the values listed there);
     (None, why) when there is nothing to draw."""
     drawn = spec.drawn_shapes
     if drawn.off:
@@ -94,11 +95,14 @@ def dimensions(spec: Spec) -> tuple[list[tuple] | None, str]:
         values = sorted({s[i] for s in listed})
         if dim is None:  # derived: a dimension the spec only lists in powers of two from 16 is a set of sizes
             pow2 = all(v >= 16 and v & (v - 1) == 0 for v in values)
-            dim = ("values", tuple(values)) if pow2 or len(values) == 1 else ("range", values[0], values[-1])
+            dim = (("values", tuple(values)) if pow2 or len(values) == 1
+                   else ("range", values[0], values[-1], max(math.gcd(*values), 1)))  # all even: drawn even
         elif dim[0] == "listed":
             dim = ("values", tuple(values))
         elif dim[0] == "value":
             dim = ("values", (dim[1],))
+        elif dim[0] == "range":
+            dim = (*dim, 1)
         out.append(dim)
     return out, ""
 
@@ -158,28 +162,31 @@ def _pick(rng: random.Random, lo: int, hi: int) -> int:
 def draw_shape(dims: list[tuple], budget: Budget, block: int, focus: int | None, rng: random.Random) -> tuple | None:
     """One shape: dimension `focus` above `block` where its range allows, the others drawn, then the
     largest shrunk (the focus last) until the shape fits the budget; sizes from 16 up moved off
-    multiples of 16. None when nothing in the ranges fits."""
-    shape, floor = [], {}
+    multiples of 16 (a dimension whose listed values share a divisor keeps it). None when nothing in
+    the ranges fits."""
+    shape, floor, lows, step = [], {}, {}, {}
     for i, dim in enumerate(dims):
         if dim[0] == "values":
             shape.append(rng.choice(dim[1]))
             continue
-        lo, hi = dim[1], budget.high(i, dim[2], block, i == focus)
-        floor[i] = max(lo, block + 1) if i == focus and block < hi else lo
-        shape.append(_pick(rng, floor[i], max(hi, lo)))
-    for floors in (floor, {i: dims[i][1] for i in floor}):  # the focus kept above the block first
+        g = step[i] = dim[3]
+        lows[i] = -(-dim[1] // g) * g
+        hi = max(lows[i], budget.high(i, dim[2], block, i == focus) // g * g)
+        floor[i] = max(lows[i], (block // g + 1) * g) if i == focus and block < hi else lows[i]
+        shape.append(_pick(rng, floor[i] // g, hi // g) * g)
+    for floors in (floor, lows):  # the focus kept above the block first
         while not budget.fits(shape):
             movable = [i for i in floor if shape[i] > floors[i] and i != focus] or [i for i in floor if shape[i] > floors[i]]
             if not movable:
                 break
             i = max(movable, key=lambda j: shape[j] / max(floors[j], 1))
-            shape[i] = max(floors[i], min(shape[i] - 1, int(shape[i] * 0.8)))
+            shape[i] = max(floors[i], min(shape[i] - step[i], int(shape[i] * 0.8) // step[i] * step[i]))
         if budget.fits(shape):
             break
-    for i in floor:
-        if shape[i] >= 16 and shape[i] % 16 == 0:
-            lo, hi = dims[i][1], dims[i][2]
-            shape[i] = shape[i] - 1 if shape[i] - 1 >= lo else shape[i] + 1 if shape[i] + 1 <= hi else shape[i]
+    for i, g in step.items():
+        if shape[i] >= 16 and shape[i] % 16 == 0 and g < 16:
+            v = shape[i]
+            shape[i] = v - g if v - g >= lows[i] else v + g if v + g <= dims[i][2] else v
     return tuple(shape) if budget.fits(shape) else None
 
 
@@ -213,7 +220,8 @@ def plan(spec: Spec, device: str, dtypes: list[str], checked: list[tuple], sourc
             draws.append(Draw(len(draws), shape, dtype, rng.randrange(1 << 31)))
         for _, text, _ in transforms.ops:
             draws.append(Draw(len(draws), tuple(rng.choice(list(checked) + shapes)), dtype, rng.randrange(1 << 31), text))
-    bounds = {"dims": [list(d[1]) if d[0] == "values" else [d[1], d[2]] for d in dims or []], "block": block,
+    bounds = {"dims": [{"values": list(d[1])} if d[0] == "values" else {"range": [d[1], d[2]], "step": d[3]}
+                       for d in dims or []], "block": block,
               "max_elements": {d: b.elements for d, b in budgets.items()},
               "max_flops": {d: b.most_flops for d, b in budgets.items()}}
     return draws, {"notes": notes, "bounds": bounds}
