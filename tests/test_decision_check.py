@@ -26,6 +26,7 @@ from loop.common.errors import UserError
 from loop.common.jobs import MAX_PROBES
 from loop.decide.check import judged_decision, next_size, summarize, trial_rows, wants_again, wilson
 from loop.measure import evaluate
+from loop.target.change import describe
 from loop.target.contract import load_kernel
 from loop.tools import decision_check
 from loop.tools.decision_check import Judged, parse_shape
@@ -216,6 +217,50 @@ def test_a_change_no_check_ran_is_unexercised_for_every_row():
     outcome = {**ok(timing_entry((8,), *samples(rng, 0.5))), "unexercised": ["helper"]}
     (r,) = trial_rows({"trial": 0, "scenario": "slowdown", "first": outcome}, POLICY)
     assert (r["action"], r["verdict"]) == ("revert", "unexercised")
+
+
+def judge_raw(status="ok", factor=1.0, failed_impl=None, proof_ok=True, seed=1) -> dict:
+    """A judge's result (`tileloop.worker/1`) of vector_add at two shapes, the candidate `factor` as slow."""
+    rng = random.Random(seed)
+    raw = {"status": status, "correctness": {"passed": True, "launched": {"candidate": ["add_kernel"]},
+                                             "called": {"candidate": ["run"]}},
+           "timing": {"dtype": "float16", "device": "cpu",
+                      "shapes": [timing_entry(s, *samples(rng, factor)) for s in ((256,), (4096,))]},
+           "proof": {"ok": proof_ok, "detail": "compiled for another backend"}}
+    return raw if status == "ok" else {**raw, "failed_impl": failed_impl, "message": "why"}
+
+
+VECTOR_ADD = (KERNELS / "vector_add" / "vector_add_triton.py").read_text()
+HELPER = VECTOR_ADD + "\n\n@triton.jit\ndef helper(x):\n    return x + 1\n"
+
+
+@pytest.mark.parametrize("sources, raw", [
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw()),
+    ((VECTOR_ADD, planted_source(VECTOR_ADD, "run", 99, "cpu")), judge_raw(factor=1.10)),
+    ((planted_source(VECTOR_ADD, "run", 99, "cpu"), VECTOR_ADD), judge_raw(factor=1 / 1.5)),
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw(factor=1 / 3.5)),  # suspicious: measured again
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw("uncorroborated", failed_impl="candidate")),
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw("uncorroborated", failed_impl="incumbent")),
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw("incorrect", failed_impl="candidate")),
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw("runtime_error", failed_impl="candidate")),
+    ((VECTOR_ADD, VECTOR_ADD), judge_raw(proof_ok=False)),
+    ((VECTOR_ADD, VECTOR_ADD.replace("NUM_WARPS = 1", "NUM_WARPS = 4")), judge_raw(factor=0.8)),  # not under the interpreter
+    ((VECTOR_ADD, HELPER), judge_raw(factor=0.8)),  # a change no check ran
+])
+def test_a_trial_is_decided_as_an_iteration_decides_the_same_judged_measurement(tmp_path, sources, raw):
+    """decision-check's decision of a judge's result is the one `Iteration._decide` takes of it (the
+    target backend alone, no guard backends), first and second look."""
+    from loop.run.iteration import Iteration
+
+    out = decision_check.outcome("interpreter", raw, tmp_path, *sources)
+    results = {"interpreter": evaluate.to_backend_result("interpreter", raw, "candidate", tmp_path, tmp_path)}
+    can = decide.measurability(describe(*sources), "interpreter")
+    loop = types.SimpleNamespace(state=types.SimpleNamespace(target_backend="interpreter"), policy=POLICY)
+    for remeasured in (False, True):
+        theirs = Iteration._decide(loop, results, {"interpreter": raw}, sources, remeasured=remeasured,
+                                   unmeasurable="" if can.measurable else can.reason)
+        mine = judged_decision(POLICY, out, remeasured)
+        assert (mine.action, mine.verdict, mine.speedup) == (theirs.action, theirs.verdict, theirs.speedup)
 
 
 # ----------------------------------------------------------------------------- summary

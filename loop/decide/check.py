@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Callable, Sequence
 
 from loop.common.jobs import shape_text as _key
-from loop.decide.rules import Decision, Policy, comparisons, decide
+from loop.decide.rules import VOID, Decision, Policy, comparisons, decide, void
 
 SCENARIOS = ("aa", "slowdown", "speedup")
 
@@ -36,8 +36,8 @@ def judged_decision(policy: Policy, outcome: dict, remeasured: bool = False) -> 
     crash) is decided as such, a change no check ran is `unexercised`, one that cannot show in the
     timing mode `unmeasured`; else the paired comparisons of every timed shape decide."""
     if outcome["status"] not in ("ok", "fallback") and outcome.get("failed_impl") == "incumbent":
-        return Decision("unmeasured", "void", f"the incumbent failed ({outcome['status']}: {outcome['message'][:300]}): "
-                        "the measurement is void, nothing is charged to the candidate")
+        return void(f"the incumbent failed ({outcome['status']}: {outcome['message'][:300]}): "
+                    "the measurement is void, nothing is charged to the candidate")
     if outcome["status"] == "fallback":
         return Decision("revert", "guard_failed", outcome["message"])
     if outcome["status"] != "ok":
@@ -69,7 +69,7 @@ def wants_again(rows: list[dict]) -> bool:
 def _decided(outcome: dict, base: dict, policy: Policy, remeasured: bool) -> list[dict]:
     whole = judged_decision(policy, outcome, remeasured)
     timed = (outcome.get("timing") or {}).get("shapes") or []
-    if not timed or whole.verdict in ("guard_failed", "unexercised", "unmeasured", "void"):  # one decision for every row
+    if not timed or whole.verdict in ("guard_failed", "unexercised", "unmeasured", VOID):  # one decision for every row
         shapes = [s["shape"] for s in timed] or list(outcome.get("shapes") or [])
         keys = shapes + (["all"] if len(shapes) != 1 else [])
         return [{**base, "shape": k, **_decision_fields(whole, remeasured)} for k in keys]

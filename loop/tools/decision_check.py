@@ -171,18 +171,24 @@ class Judged:
         if raw.get("status") == "spec_error" and self.shapes:
             raise UserError(f"the spec failed at --shapes {' '.join(_key(s) for s in self.shapes)}: {raw.get('message')}"[:600],
                             hint="give shapes of the rank of the spec's BENCHMARK_SHAPES")
-        result = to_backend_result(self.backend, raw, "candidate", folder, folder)  # spec/harness errors raise here
-        timing = raw.get("timing") if result.status == "ok" else None
-        if timing is not None:
-            self.timed = self.timed or (timing["dtype"], [s["shape"] for s in timing["shapes"]])
+        out = outcome(self.backend, raw, folder, inc_src, cand_src)  # spec and harness errors raise here
+        if out["timing"] is not None:
+            self.timed = self.timed or (out["timing"]["dtype"], [s["shape"] for s in out["timing"]["shapes"]])
         self.proof = raw.get("proof") or self.proof
-        seen = raw.get("correctness") or {}
-        launched, called = (seen.get("launched") or {}).get("candidate"), (seen.get("called") or {}).get("candidate")
-        can = decide.measurability(describe(inc_src, cand_src), backend_registry.get(self.backend).timing_label)
-        return {"status": result.status, "message": result.reason, "failed_impl": raw.get("failed_impl"), "timing": timing,
-                "shapes": self.timed[1] if self.timed else [list(s) for s in self.shapes or ()],
-                "unexercised": unexercised(inc_src, cand_src, launched, called) if launched is not None else [],
-                "unmeasurable": "" if can.measurable else can.reason, "log_tail": raw.get("log_tail", "")}
+        return {**out, "shapes": self.timed[1] if self.timed else [list(s) for s in self.shapes or ()]}
+
+
+def outcome(backend: str, raw: dict, folder: Path, inc_src: str, cand_src: str) -> dict:
+    """A judge's result as `loop.decide.check` reads it: typed as an iteration types it
+    (`to_backend_result`), with the change's coverage and measurability as an iteration computes them."""
+    result = to_backend_result(backend, raw, "candidate", folder, folder)
+    seen = raw.get("correctness") or {}
+    launched, called = (seen.get("launched") or {}).get("candidate"), (seen.get("called") or {}).get("candidate")
+    can = decide.measurability(describe(inc_src, cand_src), backend_registry.get(backend).timing_label)
+    return {"status": result.status, "message": result.reason, "failed_impl": raw.get("failed_impl"),
+            "timing": raw.get("timing") if result.status == "ok" else None,
+            "unexercised": unexercised(inc_src, cand_src, launched, called) if launched is not None else [],
+            "unmeasurable": "" if can.measurable else can.reason, "log_tail": raw.get("log_tail", "")}
 
 
 # --------------------------------------------------------------------------- the check
