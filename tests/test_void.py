@@ -271,3 +271,17 @@ def test_a_file_staged_while_measured_is_unstaged_and_set_aside(run):
     assert git(repo, "status", "--porcelain") == "" and not (repo / "planted.py").exists()
     assert list(exp.dir.glob("refused/*/untracked/planted.py"))
     assert git(repo, "show", "--name-only", "--format=", record.commit) == TARGET
+
+
+def test_a_void_decision_is_pure_and_the_stop_rules_skip_it():
+    d = decide.void("the incumbent failed")
+    assert (d.action, d.verdict, d.reason, d.speedup) == ("unmeasured", "void", "the incumbent failed", None)
+    policy = decide.Policy()
+
+    def stop(*outcomes):
+        return decide.stop_state(policy, decide.Progress(iterations=len(outcomes), elapsed_s=0.0, outcomes=outcomes,
+                                                         timing="gpu")).state
+
+    assert stop("revert", "revert") == "stop"  # what two `incorrect` records used to do
+    assert stop("unmeasured", "unmeasured") == "continue" and stop("revert", "unmeasured", "unmeasured") == "continue"
+    assert not experience.learned_from("void") and experience.learned_from("incorrect")
