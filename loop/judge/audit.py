@@ -9,10 +9,10 @@ timed request is audited:
   poisoned, set after set, by the judge (no L2 flush: one left L2 full
   of dirty lines, and audited graph samples ran up to 8% slower than the rounds' on an H100; written
   in set order, L2 holds the last sets, as after a replay of the rounds);
-- one sample is asked for, as in the rounds, timed on the judge's clock from the moment its inputs
-  are handed over (an empty request, if any, comes before the inputs are written: between the
-  writes and the audited request the kernel process is stopped, and no request is untimed); its
-  timed calls must have launched the target's kernels;
+- one request of the rounds' size is asked for, as in the rounds, timed on the judge's clock from
+  the moment its inputs are handed over (nothing is asked of the process between the writes and
+  this request, during which it is stopped: no request is untimed); its timed calls must have
+  launched the target's kernels;
 - right after the answer the judge reads what the timed calls wrote, where they wrote it (its own
   memory, or the kernel process's by IPC handle; under the interpreter a copy into the judge's
   slots, which the judge's clock sees): every set the graph used must be written (no NaN left of the
@@ -27,6 +27,7 @@ faster than the audited ones)."""
 from __future__ import annotations
 
 import random
+import statistics
 import time
 
 from loop.common.harness import Harness
@@ -130,15 +131,17 @@ class Auditor:
         refs = {j: as_outputs(harness.reference(fresh[j])) for j in checked}
         self.staged[label] = (fresh, eager_set, refs)
 
-    def audit(self, label: str) -> dict:
-        """One audited sample of `label` (staged before the round): {sample_ms, claim_ms, wall_ms, ok, reason}."""
+    def audit(self, label: str, batch: int = 1) -> dict:
+        """One audited request of `label` (staged before the round), of `batch` samples as the rounds'
+        requests are (a kernel process cannot tell it from theirs by its size): {sample_ms (their
+        median), claim_ms (all their work), wall_ms, ok, reason}. Nothing is asked of the process
+        between the writes of its fresh inputs and this request, and its wall time runs from their
+        handover to the answer; the first request after a wait takes longer (0.3-0.5 ms on an H100),
+        which a batch of the rounds' BATCH_MS of work holds within the band, as a single short sample
+        could not."""
         torch, harness = self.torch, self.harness
         fresh, eager_set, refs = self.staged.pop(label)
         kernel = self.kernels[label]
-        # an empty request first, BEFORE the inputs are written: the first request after a wait takes
-        # longer (seen on an H100: 0.3-0.5 ms more than an empty request of the rounds); from here on the
-        # kernel process is stopped until the audited request, which it cannot tell from the rounds' ones
-        kernel.request({"op": "sample", "first": 0, "n": 1, "empty": True}, label)
         for j in range(self.used):  # fresh inputs copied in and outputs poisoned, set after set
             for name, value in fresh[j].items():
                 if isinstance(value, torch.Tensor) and name not in harness.outputs:
@@ -152,11 +155,12 @@ class Auditor:
             poison(torch, t)
         self.bridge.handover()  # the judge's own writes complete (a device synchronize): not the kernel's time
         started = time.perf_counter()  # the audited request is timed from the moment its inputs are handed over
-        answer = kernel.request({"op": "sample", "first": eager_set, "n": 1,
+        answer = kernel.request({"op": "sample", "first": eager_set, "n": batch,
                                  "audit": {"slots": self.slots[1] if self.slots else []}}, label)
         wall = (kernel.answered_at - started) * 1e3
-        sample = sample_times(answer, 1, label)[0]
-        row = {"sample_ms": sample, "claim_ms": sample * self.calls, "wall_ms": wall, "ok": True, "reason": ""}
+        samples = sample_times(answer, batch, label)
+        row = {"sample_ms": statistics.median(samples), "claim_ms": sum(samples) * self.calls, "wall_ms": wall,
+               "ok": True, "reason": ""}
         self.bridge.label = label
         if self.method == "cuda_graph":
             written = dict(enumerate(self.graph_outputs[label]))
@@ -165,7 +169,7 @@ class Auditor:
                                                       self.live[eager_set], self.most)}
         row.update(self._judged(written, refs))
         if row["ok"] and label in self.targets:  # wrong outputs first (the stronger verdict), then how they came
-            require_launches(answer, 1, label)
+            require_launches(answer, batch, label)
         return row
 
     def _judged(self, written: dict[int, list], refs: dict[int, list]) -> dict:

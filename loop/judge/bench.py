@@ -65,7 +65,7 @@ class Bench:
         samples, claims, walls, empties, audits = self.rounds(plan, method, calls, prepared, auditor)
         corroboration = corroborate.judge_timing(method, claims, walls, empties["batch"], self.pair)
         if corroboration["ok"]:
-            corroboration = corroborate.judge_audits(corroboration, audits, empties["one"], samples)
+            corroboration = corroborate.judge_audits(corroboration, audits, empties["batch"], samples)
         tuned = {lab: self.ask(lab, {"op": "tuned", "label": lab}).get("tuned") for lab in self.labels}
         recheck = {lab: audit.verdict(audits[lab]) for lab in self.labels}
         flops, nbytes = harness.spec.flops(shape, dtype), harness.spec.bytes_moved(shape, dtype)
@@ -126,13 +126,12 @@ class Bench:
         samples back to back, BATCH_MS of work, so that the round trip is small beside it), each request
         also timed on the judge's clock; a few audited requests per implementation at rounds picked at
         random; and each process's empty requests before and after the rounds (its overhead and
-        jitter, for requests of a batch and of one sample). Returns (samples, claimed and wall time per
+        jitter, for requests of the rounds' size). Returns (samples, claimed and wall time per
         request, empties, audits)."""
         samples: dict[str, list[float]] = {lab: [] for lab in self.labels}
         claims: dict[str, list[float]] = {lab: [] for lab in self.labels}
         walls: dict[str, list[float]] = {lab: [] for lab in self.labels}
-        empties: dict[str, dict[str, list[float]]] = {"batch": {lab: [] for lab in self.labels},
-                                                      "one": {lab: [] for lab in self.labels}}
+        empties: dict[str, dict[str, list[float]]] = {"batch": {lab: [] for lab in self.labels}}
         audits: dict[str, list[dict]] = {lab: [] for lab in self.labels}
         sample_ms = max(time_of(prepared[lab], "call_ms", lab) for lab in self.labels) * calls
         batch = 1 if method == "interpreter_wallclock" else int(min(corroborate.MAX_BATCH, max(
@@ -171,18 +170,14 @@ class Bench:
                 samples[lab] += ms
                 claims[lab].append(sum(ms) * calls)
             for lab in audited.get(rnd, []):
-                audits[lab].append(auditor.audit(lab))
+                audits[lab].append(auditor.audit(lab, batch))
             rnd += 1
         self._empty(empties, batch)
         return samples, claims, walls, empties, audits
 
     def _empty(self, empties: dict[str, dict[str, list[float]]], batch: int) -> None:
         for _ in range(corroborate.EMPTY_REQUESTS):
-            for lab in self.labels:
-                for kind, n in (("batch", batch), ("one", 1)):
-                    if kind == "one" and batch == 1:
-                        empties["one"][lab].append(empties["batch"][lab][-1])
-                        continue
-                    started = time.perf_counter()
-                    self.ask(lab, {"op": "sample", "first": 0, "n": n, "empty": True})
-                    empties[kind][lab].append((self.kernels[lab].answered_at - started) * 1e3)
+            for lab in self.labels:  # the overhead of a request of the rounds' size (audited ones are too)
+                started = time.perf_counter()
+                self.ask(lab, {"op": "sample", "first": 0, "n": batch, "empty": True})
+                empties["batch"][lab].append((self.kernels[lab].answered_at - started) * 1e3)

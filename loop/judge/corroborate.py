@@ -101,7 +101,7 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
     """`verdict` (judge_timing's, ok) checked against the audited requests (`loop.judge.audit`), whose
     outputs prove that their samples did the work: each audited request's claim within its wall time
     (as any request's), the audited claims not far below their wall time beyond the overhead of an
-    empty one-sample request (`empties`), and the other samples (`samples`, per call) not faster than
+    empty request of the same size (`empties`), and the other samples (`samples`, per call) not faster than
     the audited ones by more than AUDIT_BAND. Audits that found wrong outputs are the judge's other
     refusal (`incorrect`), not this one's. Adds per label {audits, audited_ms, timed_over_audited}."""
     method = verdict["method"]
