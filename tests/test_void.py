@@ -245,13 +245,15 @@ def test_a_state_rewritten_within_a_run_is_refused_at_the_next_iteration(run):
     """An unattended run holds its state in memory: a state.json another process wrote between two of
     its iterations is found before the next one runs, and nothing is written over it."""
     repo, exp, _ = run
+    fresh = open_run("r", Settings(judge_host=False), log=lambda line: None)  # a step's process, state just read
     path = st.state_path(repo, "r")
     path.write_text(path.read_text().replace('"last_iteration": 0', '"last_iteration": 7'))
     forged = path.read_text()
     edit(repo, 1024)
-    with pytest.raises(IntegrityError, match=r"state\.json"):
-        exp.evaluate("BLOCK 128 -> 1024")
-    assert path.read_text() == forged
+    for held in (exp, fresh):
+        with pytest.raises(IntegrityError, match=r"state\.json"):
+            held.evaluate("BLOCK 128 -> 1024")
+        assert path.read_text() == forged
 
 
 def test_a_file_staged_while_measured_is_unstaged_and_set_aside(run):

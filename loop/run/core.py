@@ -73,7 +73,8 @@ class RunCore:
         self.host: JudgeHost | None = None  # an unattended run's judge host (`hosting`)
         # the records as this process wrote them (or found them sealed): what `put_records_back` restores
         self._state_intact = st.intact(root, state.run_id)
-        self._state_text: str | None = None
+        path = st.state_path(root, state.run_id)  # what it was loaded from: a later writer is seen by `save`
+        self._state_text: str | None = path.read_text() if self._state_intact and path.exists() else None
         self._sealed: dict[str, bytes] = {}
         self._foreign: list[str] = []  # records found rewritten by someone else since this process wrote them
 
