@@ -150,6 +150,17 @@ def test_turned_off_in_the_spec_nothing_is_drawn_and_the_record_says_why():
     assert draws == [] and any("one width" in n for n in record["notes"]) and any("no magnitudes" in n for n in record["notes"])
 
 
+def test_a_draw_that_cannot_pass_the_block_within_the_budget_says_so():
+    spec = suite_spec("row_sum")
+    draws, record = drawn.plan(spec, "cpu", ["float32"], [(20, 1), (23, 17)], [str(DRAWN / "row_sum_unmasked_blocks.py")],
+                               random.Random(1))
+    assert [d for d in draws if d.transform is None] and all(d.shape[1] <= 4096 for d in draws)
+    assert any("no dimension can pass the block size 4096" in n for n in record["notes"]), record
+    _, record = drawn.plan(spec, "cpu", ["float32"], [(20, 1), (23, 600)], [str(DRAWN / "row_sum_unmasked_blocks.py")],
+                           random.Random(1))  # the width may reach 4800, but 16 rows of 4097 are past the budget
+    assert any("could not pass the block size 4096" in n for n in record["notes"]), record
+
+
 def test_transforms_touch_floating_inputs_only_never_integers_or_output_buffers():
     spec = suite_spec("attention", TRANSFORMS={"ops": ["*100", "+90"], "inputs": ["q", "v"]})
     inputs = spec.make_inputs((1, 2, 7, 64, 1), "float16", 3, "cpu")
@@ -171,6 +182,17 @@ def test_nan_where_the_reference_is_finite_fails_and_what_the_output_dtype_canno
     out[3] = float("nan")
     res = drawn.compare_where_finite(torch, [(None, out)], [(None, ref)], 1e-3, 1e-3, torch.float16)
     assert not res["ok"] and "NaN" in res["reason"]
+
+
+def test_a_transform_that_takes_every_output_past_its_dtype_compares_nothing_and_says_so():
+    spec = suite_spec("row_sum")
+    harness = Harness(torch, spec, "cpu")
+    exact = lambda inputs, refs: [(None, r.clone()) for _, r in refs]  # noqa: E731 - the reference itself
+    draws = [drawn.Draw(0, (3, 2000), "float16", 5, "x+90"), drawn.Draw(1, (3, 20), "float16", 5, "x+90")]
+    entries, failed = drawn.check_drawn(harness, {"candidate": exact}, draws)
+    assert failed is None
+    assert entries[0]["labels"]["candidate"]["compared"] == 0 and entries[0]["labels"]["candidate"]["max_abs_err"] is None
+    assert entries[1]["labels"]["candidate"]["compared"] == 3 and entries[1]["atol"] > 1e-3  # atol grown with the sums
 
 
 def in_process(spec: Spec, path: Path):

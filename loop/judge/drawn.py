@@ -6,7 +6,7 @@ large logits). So each measurement the judge also draws, from the system's rando
 - shapes (`DRAWS` per dtype): per dimension, within the spec's `DRAWN_SHAPES` or between the
   smallest and largest value its shapes use; one dimension per draw larger than any block size the
   implementations' sources name (the largest power of two from 16 up among their integer constants),
-  sizes of 16 and more never a multiple of 16; the whole bounded by the largest shape checked (its
+  sizes of 16 and more off multiples of 16 where the range and the budget leave room; the whole bounded by the largest shape checked (its
   element count and flops; on a GPU `GPU_GROWTH` times that, never beyond the benchmark shapes);
 - transformed inputs: for each of the spec's `TRANSFORMS` (default x*10, x*100, x+90), the spec's
   floating inputs (never integer ones, never the output buffers) scaled or shifted at a shape chosen
@@ -183,10 +183,13 @@ def draw_shape(dims: list[tuple], budget: Budget, block: int, focus: int | None,
             shape[i] = max(floors[i], min(shape[i] - step[i], int(shape[i] * 0.8) // step[i] * step[i]))
         if budget.fits(shape):
             break
-    for i, g in step.items():
-        if shape[i] >= 16 and shape[i] % 16 == 0 and g < 16:
-            v = shape[i]
-            shape[i] = v - g if v - g >= lows[i] else v + g if v + g <= dims[i][2] else v
+    for i, g in step.items():  # off multiples of 16 where the range and the budget leave room
+        v = shape[i]
+        if v >= 16 and v % 16 == 0 and g < 16:
+            for w in (v - g, v + g):
+                if lows[i] <= w <= dims[i][2] and budget.fits(shape[:i] + [w] + shape[i + 1:]):
+                    shape[i] = w
+                    break
     return tuple(shape) if budget.fits(shape) else None
 
 
@@ -206,6 +209,8 @@ def plan(spec: Spec, device: str, dtypes: list[str], checked: list[tuple], sourc
         budgets[dtype] = budget = Budget(spec, dtype, device, checked)
         focusable = [i for i, d in enumerate(dims or []) if d[0] == "range" and budget.high(i, d[2], block, True) > block]
         start = rng.randrange(len(focusable)) if focusable else 0
+        if dims and block and not focusable:
+            notes.append(f"{dtype}: no dimension can pass the block size {block} within the ranges and the budget")
         shapes = []
         for k in range(DRAWS if dims else 0):
             focus = focusable[(start + k) % len(focusable)] if focusable else None
