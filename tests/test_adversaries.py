@@ -49,15 +49,22 @@ def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
 
 
 def assert_expected(outs: dict[str, dict], device: str = "cpu") -> None:
+    """Every adversary's verdict as expected.json says; every miss is listed at once (a kept one first)."""
+    kept, other = [], []
     for name, out in outs.items():
         want = EXPECTED[name].get(device, EXPECTED[name])  # an expectation of its own on the GPU, where one differs
         if want["verdict"] == "no effect":
             # the same code as the incumbent, and a sabotage of the incumbent that cannot reach it: whatever the
             # noise decides, the 3x slower incumbent it tried for must not show (a 3x slowdown reads as >= 3x)
-            assert out["speedup"] is None or out["speedup"] < 1.5, (name, out["decision"])
+            if not (out["speedup"] is None or out["speedup"] < 1.5):
+                kept.append((name, out["decision"]))
             continue
-        assert out["status"] != "keep", (name, out["decision"])
-        assert (out["status"], out["decision"]["verdict"]) == (want["status"], want["verdict"]), (name, out["decision"])
+        if out["status"] == "keep":
+            kept.append((name, out["decision"]))
+        elif (out["status"], out["decision"]["verdict"]) != (want["status"], want["verdict"]):
+            other.append((name, out["status"], out["decision"]))
+    assert not kept, f"kept: {kept}"
+    assert not other, f"refused otherwise than expected: {other}"
 
 
 @pytest.mark.slow
