@@ -300,3 +300,33 @@ def test_every_adversary_of_this_class_has_an_expectation_and_an_honest_counterp
         assert want["status"] in ("ok", "incorrect") and (KERNELS / want["op"] / "spec.py").exists()
         if want["status"] == "incorrect":
             assert EXPECTED[want["honest"]]["status"] == "ok", name
+
+
+@pytest.mark.slow
+def test_a_step_with_the_row_sum_that_drops_the_end_of_wide_rows_is_reverted_and_its_draws_are_recorded(tmp_path, monkeypatch, capsys):
+    from loop.cli import main
+    from loop.records.results import read_records
+    from test_e2e_cpu import git
+
+    shutil.copytree(KERNELS / "row_sum", tmp_path / "kernels" / "row_sum", ignore=shutil.ignore_patterns("__pycache__"))
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "kernel")
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "kernels" / "row_sum" / "row_sum_triton.py"
+    assert main(["init", str(target.relative_to(tmp_path)), "--device", "cpu", "--archs", "none", "--json"]) == 0
+    capsys.readouterr()
+    outs = []
+    for name in ("row_sum_unmasked_blocks", "row_sum_masked_blocks"):
+        shutil.copy(DRAWN / f"{name}.py", target)
+        assert main(["step", "-m", name, "--json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    dropped, masked = outs
+    assert (dropped["status"], dropped["decision"]["verdict"]) == ("revert", "incorrect"), dropped["decision"]
+    assert "wrong on drawn check" in dropped["decision"]["reason"] and "no transform" in dropped["decision"]["reason"]
+    assert masked["status"] == "keep", masked["decision"]
+    records = read_records(next((tmp_path / "sandbox").glob("*/results.jsonl")))
+    recorded = records[1].backends["interpreter"].drawn
+    failing = [d for d in recorded["draws"] if not d["labels"].get("candidate", {"ok": True})["ok"]]
+    assert recorded["labels"] == ["incumbent", "candidate"] and len(failing) == 1 and failing[0]["shape"][1] > 4096
+    assert all(d["labels"]["incumbent"]["ok"] for d in records[2].backends["interpreter"].drawn["draws"] if d["labels"])
