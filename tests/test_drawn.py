@@ -253,21 +253,22 @@ def test_the_draws_reach_the_backend_result_and_the_record(tmp_path):
 
 # --- through the judge's processes --------------------------------------------------------------------
 
-def judged(tmp_path: Path, op: str, incumbent: Path, candidate: Path, **extra) -> dict:
-    """`candidate` against `incumbent` by the judge under the interpreter, correctness only (no timing)."""
+def judged(tmp_path: Path, op: str, incumbent: Path, candidate: Path, device: str = "cpu", **extra) -> dict:
+    """`candidate` against `incumbent` by the judge, correctness only (no timing): under the
+    interpreter, or on the GPU (PTX)."""
     from loop.measure.launch import run_worker
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(incumbent, tmp_path / "incumbent.py")
     shutil.copy(candidate, tmp_path / "candidate.py")
-    folder = KERNELS / op
+    folder, backend = KERNELS / op, "interpreter" if device == "cpu" else "ptx"
     job = {"spec": str(folder / "spec.py"), "target_dir": str(folder), "target": str(folder / f"{op}_triton.py"),
-           "device": "cpu", "backend": "interpreter", "check": ["candidate"], "seed": 3, "bench": False,
+           "device": device, "backend": backend, "check": ["candidate"], "seed": 3, "bench": False,
            "dtypes": ["float16"], "correctness_shapes": [list(s) for s in Spec(torch, load_module(
                f"drawn_judged_{op}", folder / "spec.py")).correctness_shapes[-2:]],  # the budget of the spec's largest
            "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
                      {"label": "candidate", "path": str(tmp_path / "candidate.py")}], **extra}
-    return run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")
+    return run_worker(tmp_path, job, backends.get(backend), Settings(), tmp_path / "cache", name="judged")
 
 
 @pytest.mark.slow
@@ -292,6 +293,17 @@ def test_each_adversary_of_this_class_gets_its_verdict_from_the_judge(tmp_path, 
     replay = judged(tmp_path / "replay", want["op"], incumbent, candidate,
                     draws=[{k: bad[k] for k in ("shape", "dtype", "seed", "transform")}])
     assert replay["status"] == "incorrect" and replay["drawn"]["notes"] == ["replayed"], replay.get("message")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_adversary_of_this_class_gets_its_verdict_on_the_gpu(tmp_path, env, name):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    want = EXPECTED[name]
+    raw = judged(tmp_path, want["op"], KERNELS / want["op"] / f"{want['op']}_triton.py", DRAWN / f"{name}.py", device="cuda")
+    assert raw["status"] == want["status"], raw.get("message")
+    assert raw["drawn"]["draws"] and raw.get("failed_impl") in (None, "candidate"), raw.get("message")
 
 
 def test_every_adversary_of_this_class_has_an_expectation_and_an_honest_counterpart():
