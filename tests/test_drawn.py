@@ -169,6 +169,8 @@ def test_transforms_touch_floating_inputs_only_never_integers_or_output_buffers(
     assert scaled["causal"] == 1 and scaled["out"] is inputs["out"]
     shifted = drawn.transformed(torch, spec, inputs, "x+90")
     assert torch.equal(shifted["v"], (inputs["v"].float() + 90).half())
+    replayed = drawn.transformed(torch, spec, inputs, "x-7")  # a recorded draw replays after TRANSFORMS changed
+    assert torch.equal(replayed["q"], (inputs["q"].float() - 7).half())
 
 
 # --- the comparison -----------------------------------------------------------------------------------

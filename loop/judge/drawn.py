@@ -30,7 +30,7 @@ from pathlib import Path
 from loop.common.harness import Harness, KernelCall
 from loop.common.jobs import shape_text
 from loop.common.outputs import as_outputs, check_inputs_unchanged, compare_outputs
-from loop.common.spec import Spec
+from loop.common.spec import Spec, transforms_of
 from loop.judge.bridge import Bridge
 from loop.judge.checks import remote_call
 from loop.judge.kernel_process import KernelProcess
@@ -240,7 +240,7 @@ def replayed(raw: list[dict]) -> list[Draw]:
 def transformed(torch, spec: Spec, inputs: dict, text: str) -> dict:
     """`inputs` with the spec's floating inputs (not the output buffers; only those TRANSFORMS names,
     when it names some) scaled or shifted as `text` says, computed in fp32 or better."""
-    kind, amount = next((k, a) for k, t, a in spec.transforms.ops if t == text)
+    ((kind, _, amount),) = transforms_of([text]).ops  # from its text: a replayed draw need not be in TRANSFORMS
     names = spec.transforms.inputs
     out = dict(inputs)
     for name, value in inputs.items():
