@@ -3,7 +3,7 @@
 Scenarios, each repeated `--trials` times:
 
 * `aa`: candidate source identical to the incumbent (two copies of the target). Any keep is a false keep.
-* `slowdown`: the candidate is the target with a *plant* (`planted_source`): its entry function, then
+* `slowdown`: the candidate is the target with a *plant* (`loop.tools.plant`): its entry function, then
   one extra device op on the same stream (an in-place negation of an fp32 scratch buffer, in
   proportion to the bytes of the call's tensor arguments), the proportion calibrated by measurement
   so that it adds about `--plant` of the kernel's time over the shapes timed. Detected = verdict
@@ -17,7 +17,7 @@ files, the job an iteration writes (`loop.measure.evaluate.measure`; the shapes 
 when asked), the judge (`python -m loop.judge`, forked from a judge host as in an unattended run),
 one kernel process per implementation, the candidate checked at every correctness shape and dtype,
 the interleaved rounds, the audits of timed requests, the corroboration on the judge's clock and the
-backend proof. Its result is typed as an iteration types it (`to_backend_result`), the change's
+backend proof. Its result is typed as an iteration types it (`outcome`: `to_backend_result`), the change's
 measurability and coverage are computed as an iteration computes them, and the decision is the
 loop's (`loop.decide.check.judged_decision`: `decide.comparisons` + `decide.decide`, the loop's
 default Policy), a speedup over 3x measured again first. So a false keep counted here is one the
