@@ -315,7 +315,8 @@ def check_drawn(harness: Harness, calls: dict[str, KernelCall], draws: list[Draw
             if rec.get("compared") == 0:  # a transform that took every output past its dtype: nothing was compared
                 entry["labels"][label]["max_abs_err"] = None
             if not rec["ok"]:
-                return entries, {"label": label, "reason": f"wrong on {draw.text()}: {rec.get('reason')}"}
+                return entries, {"label": label, "reason": f"wrong on {draw.text()}: {rec.get('reason')} (a check on "
+                                 "inputs the judge drew; a spec bounds them with DRAWN_SHAPES and TRANSFORMS)"}
     return entries, None
 
 
