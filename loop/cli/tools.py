@@ -9,7 +9,7 @@ from pathlib import Path
 
 from loop.cli.common import arch_list, common, duration, emit, positive_int, shape_arg
 from loop.common.errors import UserError
-from loop.common.files import atomic_write_text
+from loop.common.files import atomic_write_text, scratch
 from loop.measure import probe
 from loop.records import gitops
 from loop.tools import compare, decision_check, doctor, profile
@@ -78,7 +78,8 @@ def add_decision_check(sub) -> None:
 
 
 def cmd_doctor(args, settings) -> int:
-    rep = doctor.report(probe.probe_environment(Path(tempfile.gettempdir()), settings), doctor.interpreter_check(settings))
+    rep = doctor.report(probe.probe_environment(Path(tempfile.gettempdir()), settings), doctor.interpreter_check(settings),
+                        doctor.isolation_check(settings))
     emit(args, rep, doctor.render(rep))
     return 0
 
@@ -107,7 +108,7 @@ def cmd_compare(args, settings) -> int:
     env = probe.probe_environment(root, settings)
     if args.device == "cuda" and not env.get("cuda_available"):
         raise UserError(f"no GPU available: {env.get('cuda_reason')}", hint="pass --device cpu")
-    with tempfile.TemporaryDirectory(prefix="tileloop-compare-") as tmp:
+    with scratch("compare") as tmp:
         result = compare.run_compare(op_dir, root, env, args.device, settings, Path(tmp), log=_stderr,
                                      full_check=args.full_check)
     text = compare.render(result)
@@ -118,7 +119,7 @@ def cmd_compare(args, settings) -> int:
 
 
 def cmd_decision_check(args, settings) -> int:
-    with tempfile.TemporaryDirectory(prefix="tileloop-decision-check-") as tmp:
+    with scratch("decision-check") as tmp:
         result = decision_check.run(args.target, trials=args.trials, plant=args.plant, scenarios=args.scenarios,
                                     shapes=args.shapes, device=args.device, target_backend=args.target_backend,
                                     dtype=args.dtype, seed=args.seed, settings=settings, workdir=Path(tmp),

@@ -229,6 +229,42 @@ class Tree:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def stopped(self) -> bool:
+        """Every thread of every member stopped (or gone). A stop signal takes effect when a thread
+        next leaves the kernel: one preempted inside a system call (a kill of its sibling) finishes it
+        first, so the judge waits for this before it resumes another tree."""
+        for pid in self.members:
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tasks:
+                try:
+                    raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                except OSError:
+                    continue
+                if raw[raw.rindex(")") + 2] not in "TtZX":
+                    return False
+        return True
+
+    def stop(self, within_s: float = 1.0) -> bool:
+        """SIGSTOP to the group, and wait until every thread has stopped; False if one did not in time."""
+        self.signal(signal.SIGSTOP)
+        deadline = time.monotonic() + within_s
+        while not self.stopped():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0002)
+        return True
+
+    def is_stopped(self) -> bool:
+        """The tree's first process stopped (by anyone)."""
+        try:
+            raw = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return raw[raw.rindex(")") + 2] in "Tt"
+
 
 def kill_all(pids: list[int]) -> None:
     """Stop, then kill, every pid (stopped first, so that none forks a successor in between)."""
@@ -238,3 +274,48 @@ def kill_all(pids: list[int]) -> None:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool) -> dict[str, str]:
+    """The isolation in force around the kernel processes `pids` (read from /proc, not assumed) of a
+    judge that is (or is not) dumpable and a subreaper: {"uid": "same" | "separate", "ptrace":
+    "blocked" | "open", "descendants": "reaped" | "open", "exec": "fresh", "stopped": "between
+    requests" | "no"}. A root kernel process reaches the judge unless it lost CAP_SYS_PTRACE; any
+    reaches a dumpable one of its own uid."""
+    statuses = [status_of(pid) for pid in pids]
+
+    def has_ptrace(s: dict) -> bool:
+        return any(int(s.get(k, "f") or "0", 16) >> CAP_SYS_PTRACE & 1 for k in ("CapBnd", "CapEff", "CapPrm"))
+
+    mine = (status_of(os.getpid()).get("Uid") or "").split()[:1]
+    linux = sys.platform.startswith("linux") and all(statuses)
+    return {"uid": "same" if all((s.get("Uid") or "").split()[:1] == mine for s in statuses) else "separate",
+            "ptrace": "blocked" if linux and not_dumpable and not any(map(has_ptrace, statuses)) else "open",
+            "descendants": "reaped" if linux and subreaper else "open",
+            "exec": "fresh",
+            "stopped": "between requests" if linux else "no"}
+
+
+PROBE = """
+import json, subprocess, sys
+from loop.common.processes import become_subreaper, confine_child, isolation_of, set_dumpable
+guard = set_dumpable(False), become_subreaper()
+child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                         preexec_fn=confine_child)
+print(json.dumps(isolation_of([child.pid], *guard)))
+child.stdin.close()
+child.wait()
+"""
+
+
+def probe_isolation(python: str | None = None, env: dict | None = None) -> dict[str, str] | None:
+    """What a judge started on this machine would have in force (a judge and one kernel process
+    started as the judge starts them: `tileloop doctor`); None when the probe fails."""
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run([python or sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, env=env)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loop.common.processes import CAP_SYS_PTRACE, PARENT_ENV, become_subreaper, confine_child, set_dumpable, status_of
+from loop.common.processes import PARENT_ENV, become_subreaper, confine_child, isolation_of, set_dumpable
 
 _GUARD: dict[str, bool] = {}
 
@@ -57,17 +57,7 @@ def start_kernel(workdir: Path, log_path: Path, fds: tuple[int, int], warm: str 
 def isolation(pids: list[int]) -> dict[str, str]:
     """The isolation in force for the kernel processes `pids` (read from /proc, not assumed)."""
     guard = guard_judge()
-    statuses = [status_of(pid) for pid in pids]
-    no_ptrace = all(s and not int(s.get("CapBnd", "f"), 16) >> CAP_SYS_PTRACE & 1
-                    and int(s.get("CapEff", "f"), 16) >> CAP_SYS_PTRACE & 1 == 0 for s in statuses)
-    mine = status_of(os.getpid())
-    root_reach = os.geteuid() == 0 and not no_ptrace
-    same_uid = all(s.get("Uid", "").split()[:1] == mine.get("Uid", "").split()[:1] for s in statuses if s)
-    return {"uid": "same" if same_uid else "separate",
-            "ptrace": "blocked" if guard["not_dumpable"] and not root_reach and no_ptrace else "open",
-            "descendants": "reaped" if guard["subreaper"] else "open",
-            "exec": "fresh",
-            "stopped": "between requests" if sys.platform.startswith("linux") else "no"}
+    return isolation_of(pids, guard["not_dumpable"], guard["subreaper"])
 
 
 def full(isolation_: dict[str, str]) -> bool:

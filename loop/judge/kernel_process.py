@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import signal
 import subprocess
 import time
@@ -54,7 +55,8 @@ class KernelProcess:
         self.proc = start_kernel(workdir, self.log_path, (to_kernel_r, to_judge_w), warm, python)
         os.close(to_kernel_r)
         os.close(to_judge_w)
-        self.channel = Channel(to_judge_r, to_kernel_w)
+        self.channel, self.read_fd = Channel(to_judge_r, to_kernel_w), to_judge_r
+        self.unstuck = 0  # times it was found stopped while asked (by a sibling or its stray) and resumed
         self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
         record_pid(self.pid_file, self.proc.pid)
         self.tree = Tree(self.proc.pid)
@@ -87,7 +89,12 @@ class KernelProcess:
             raise self._death(label, message.get("op")) from None
 
     def answer(self, message: dict, label: str) -> dict:
-        """The answer to `message`, sent before (`send`); the tree stopped again once it came."""
+        """The answer to `message`, sent before (`send`); the tree stopped again once it came. While
+        waiting, a process found stopped (by someone else: the judge stops only the others) is resumed."""
+        while not select.select([self.read_fd], [], [], 0.05)[0]:
+            if self.tree.is_stopped():
+                self.unstuck += 1
+                self.tree.signal(signal.SIGCONT)
         try:
             answer = self.channel.receive()
         except ChannelClosed:
@@ -116,6 +123,8 @@ class KernelProcess:
         for other in _LIVE:
             if other is not self and other.running:
                 other.pause(None)
+            elif other is not self:  # stopped already, unless someone resumed it: stopped again
+                other.tree.stop()
         if self.stopped_cpu is not None:
             self.idle_cpu_s += max(self.tree.cpu_s() - self.stopped_cpu, 0.0)
             if self.idle_cpu_s > IDLE_CPU_S:
@@ -128,7 +137,7 @@ class KernelProcess:
     def pause(self, label: str | None) -> None:
         """This tree stopped; its strays (descendants outside its process group) killed and, when
         `label` is given, its implementation refused."""
-        self.tree.signal(signal.SIGSTOP)
+        self.tree.stop()
         self.running = False
         strays = self.tree.scan({k.proc.pid for k in _LIVE})
         if strays:

@@ -62,6 +62,8 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
             inc.append(impls["incumbent"]["median_ms"])
         if s.get("clone"):
             entry["clone_gbps"] = s["clone"]["gbps"]
+        if raw.get("isolation"):  # the boundary around the kernel processes that timed it (`loop.judge.fork`)
+            entry["isolation"] = raw["isolation"]
         shapes.append(entry)
     proof = raw.get("proof")
     if proof and not proof.get("ok"):

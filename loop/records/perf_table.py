@@ -132,6 +132,12 @@ def measurement_lines(records: list[Record], target_backend: str, harness: dict 
              "status: keep | revert | crash | unmeasured (a change that cannot show in these timings: checked for "
              "correctness, not decided on timing, reverted; or, decision void, a measurement voided by what is not the "
              "candidate's doing, correctness not checked); a commit not kept stays under its ref"]
+    weaker = sorted({f"{k}: {v}" for r in records if target_backend in r.backends
+                     for sh in r.backends[target_backend].shapes for k, v in (sh.get("isolation") or {}).items()
+                     if (k, v) in (("ptrace", "open"), ("descendants", "open"), ("stopped", "no"), ("exec", "forked"))})
+    if weaker:
+        lines.append(f"isolation: weaker than full in some rows ({'; '.join(weaker)}): kernel code could reach the "
+                     "judge's memory, outlive its measurement or run beside the other implementation (`tileloop doctor`)")
     gaps = methods.unchecked(records)
     if gaps:
         lines.append(f"unchecked: {'; '.join(gaps)} (correctness PASS covers the spec's other dtypes only)")

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.settings import Settings
-from loop.measure.launch import run_worker
+from loop.measure.launch import run_worker, with_package_path
 from loop.common.files import scratch
+from loop.common.processes import probe_isolation
 
 # (package, version prefix, other package, its bad versions from, what breaks, the fix)
 KNOWN_BAD = (
@@ -47,7 +48,23 @@ def interpreter_check(settings: Settings) -> dict:
     return raw["interpreter"]
 
 
-def report(probe: dict, interpreter: dict | None = None) -> dict:
+def isolation_check(settings: Settings) -> dict:
+    """The boundary a judge would put around its kernel processes here (`loop.judge.fork`), as a
+    check: full when kernel code can neither trace the judge nor outlive its measurement."""
+    import os
+
+    got = probe_isolation(settings.python, with_package_path(dict(os.environ)))
+    if got is None:
+        return {"name": "kernel process isolation", "ok": False, "detail": "the probe failed", "fix": "run tileloop doctor "
+                "again; a judge records what it had in force in every record"}
+    weak = [f"{k}: {v}" for k, v in got.items() if (k, v) in (("ptrace", "open"), ("descendants", "open"), ("stopped", "no"))]
+    detail = "; ".join(f"{k}: {v}" for k, v in got.items())
+    return {"name": "kernel process isolation", "ok": not weak, "detail": detail,
+            "fix": None if not weak else "Linux with prctl (PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP) "
+            "and /proc: without them kernel code may reach the judge or outlive its measurement, and every record says so"}
+
+
+def report(probe: dict, interpreter: dict | None = None, isolation: dict | None = None) -> dict:
     avail = {}
     for name, b in backend_registry.BACKENDS.items():
         device = b.device
@@ -62,7 +79,10 @@ def report(probe: dict, interpreter: dict | None = None) -> dict:
         checks.insert(0, {"name": "Triton interpreter (a loop to a runtime bound)", "ok": interpreter["ok"],
                           "detail": interpreter.get("error") or "runs", "fix": None if interpreter["ok"] else
                           (bad["fix"] if bad else "see the error; tileloop is tested with triton 3.6 and numpy < 2.4")})
-    return {"probe": probe, "backends": avail, "checks": checks, "recommendation": recommend(probe, avail, checks)}
+    recommendation = recommend(probe, avail, checks)
+    if isolation is not None:  # said, never what decides the backends
+        checks.append(isolation)
+    return {"probe": probe, "backends": avail, "checks": checks, "recommendation": recommendation}
 
 
 def recommend(probe: dict, avail: dict, checks: list[dict] = ()) -> str:

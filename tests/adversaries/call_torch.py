@@ -1,0 +1,23 @@
+"""The kernel kept in the file and never launched: `run` calls torch instead (424-553x faster than
+the interpreted kernel, and right). Every timed call must launch the target's own kernels."""
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 128
+NUM_WARPS = 1
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def run(x, y, out):
+    torch.add(x, y, out=out)
+    return out

@@ -1,0 +1,184 @@
+"""The boundary around kernel processes (`loop/judge/fork.py`, `loop/judge/kernel_process.py`,
+`loop/common/processes.py`): a new interpreter confined before exec, a judge that is not dumpable and
+a subreaper, trees stopped between their requests, strays killed and refused; and the adversaries of
+each class refused under the interpreter (the same on a GPU: tests/test_adversaries.py, `-m gpu`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, /proc: Linux")
+ADVERSARIES = Path(__file__).parent / "adversaries"
+
+
+def _as_judge(script: str, timeout: float = 60) -> str:
+    """`script` run in a process of its own (a judge: it may become a subreaper, which pytest must not)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+READ_PARENT = textwrap.dedent("""
+    import os, sys
+    ppid = os.getppid()
+    addr = int(sys.argv[1], 16)
+    try:
+        with open(f"/proc/{ppid}/mem", "rb", buffering=0) as mem:
+            mem.seek(addr)
+            print("read", mem.read(8).hex())
+    except OSError as exc:
+        print("refused", exc.errno)
+""")
+
+
+@linux
+@pytest.mark.parametrize("guarded", [False, True], ids=["open", "guarded"])
+def test_a_confined_child_cannot_read_a_judge_that_is_not_dumpable(guarded):
+    """A plain child reads its dumpable parent's memory (so the check can fail); a child confined as
+    a kernel process is, of a parent that is not dumpable, is refused (as root too: it has no
+    capability left, and root's processes hold more than it)."""
+    out = _as_judge(f"""
+        import ctypes, subprocess, sys
+        from loop.common.processes import confine_child, set_dumpable
+        secret = ctypes.create_string_buffer(b"thresholds")
+        if {guarded}:
+            assert set_dumpable(False)
+        child = subprocess.run([sys.executable, "-c", {READ_PARENT!r}, hex(ctypes.addressof(secret))],
+                               capture_output=True, text=True, preexec_fn=confine_child if {guarded} else None)
+        print(child.stdout.strip(), child.stderr.strip()[-300:])
+    """)
+    if guarded:
+        assert out.startswith("refused"), out
+    else:
+        assert out.startswith("read " + b"thresholds"[:8].hex()), out
+
+
+@linux
+def test_a_double_forked_daemon_is_a_stray_and_is_killed():
+    """A child that double-forks a daemon into a session of its own: orphaned to the judge (a
+    subreaper), found by the tree's scan as a stray, and gone after kill_all; a child that stays in
+    its group is a member, never a stray."""
+    out = _as_judge("""
+        import os, subprocess, sys, time
+        from loop.common.processes import Tree, become_subreaper, confine_child, kill_all
+        assert become_subreaper()
+        daemon = ("import os, time\\n"
+                  "if os.fork() == 0:\\n"
+                  "    os.setsid()\\n"
+                  "    if os.fork() == 0:\\n"
+                  "        print(os.getpid(), flush=True); time.sleep(60)\\n"
+                  "    os._exit(0)\\n"
+                  "os.wait(); time.sleep(60)\\n")
+        child = subprocess.Popen([sys.executable, "-c", daemon], stdout=subprocess.PIPE, text=True,
+                                 preexec_fn=confine_child)
+        tree = Tree(child.pid)
+        tree.scan()
+        stray = int(child.stdout.readline())
+        time.sleep(0.2)  # the middle process exits: the daemon is orphaned to this process
+        strays = tree.scan()
+        print("strays", strays == [stray], "member", child.pid in tree.members)
+        kill_all(strays)
+        time.sleep(0.2)
+        os.waitpid(stray, 0)  # a subreaper reaps its orphans
+        print("gone", not os.path.exists(f"/proc/{stray}"))
+        child.kill()
+    """)
+    assert out.split() == ["strays", "True", "member", "True", "gone", "True"], out
+
+
+@pytest.fixture
+def kernels(tmp_path):
+    from loop.judge.kernel_process import KernelProcess
+
+    started = [KernelProcess(tmp_path, name, warm=None) for name in ("a", "b")]
+    for k in started:
+        k.request({"op": "arena"}, "ready")  # torch imported: idle, waiting for requests
+    yield started
+    for k in started:
+        k.close()
+
+
+def _state(pid: int) -> str:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2:].split()[0]
+
+
+def _settled(pid: int, want: str) -> bool:
+    deadline = time.monotonic() + 5
+    while _state(pid) != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _state(pid) == want
+
+
+@pytest.mark.slow  # two new interpreters import torch
+@linux
+def test_only_the_kernel_process_asked_runs(kernels):
+    """A request resumes its process and stops every other; after its answer it is stopped too;
+    the isolation the judge reports is read from /proc, and full here."""
+    from loop.judge import fork
+
+    a, b = kernels
+    a.request({"op": "arena"}, "a")
+    assert _settled(a.proc.pid, "T") and _settled(b.proc.pid, "T")
+    os.kill(b.proc.pid, 18)  # SIGCONT from outside (a sibling): the next request to a stops it again
+    assert _settled(b.proc.pid, "S")
+    a.send({"op": "arena"}, "a")
+    assert _settled(b.proc.pid, "T")
+    a.answer({"op": "arena"}, "a")
+    got = fork.isolation([a.proc.pid, b.proc.pid])
+    assert got == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
+                   "stopped": "between requests"} and fork.full(got)
+
+
+@pytest.mark.slow
+@linux
+def test_cpu_used_while_stopped_refuses_the_implementation(kernels):
+    from loop.judge.kernel_process import IDLE_CPU_S, KernelFailure
+
+    a, _ = kernels
+    a.request({"op": "arena"}, "a")
+    a.stopped_cpu -= 2 * IDLE_CPU_S  # as if its tree had run while it was stopped
+    with pytest.raises(KernelFailure) as failure:
+        a.request({"op": "arena"}, "a")
+    assert failure.value.status == "uncorroborated" and failure.value.label == "a"
+
+
+def _judged(tmp_path, name: str) -> dict:
+    from test_judge import judged
+
+    return judged(tmp_path, ADVERSARIES / f"{name}.py")
+
+
+@pytest.mark.slow
+@linux
+@pytest.mark.parametrize("name, status, says", [
+    ("leave_a_daemon", "uncorroborated", "outside its process group"),
+    ("call_torch", "uncorroborated", "launched none of the target's kernels"),
+    ("recompute_when_poisoned", "incorrect", "audited timed request"),
+    ("write_judge_memory", "incorrect", ""),
+])
+def test_an_adversary_is_refused_and_charged_to_the_candidate(tmp_path, env, name, status, says):
+    raw = _judged(tmp_path, name)
+    assert raw["status"] == status and raw["failed_impl"] == "candidate", raw
+    assert says in raw["message"], raw["message"]
+    assert raw["isolation"]["ptrace"] == "blocked", raw["isolation"]
+
+
+@pytest.mark.slow
+@linux
+def test_a_candidate_that_stops_its_sibling_slows_nothing(tmp_path, env):
+    raw = _judged(tmp_path, "stop_the_sibling")
+    assert raw["status"] == "ok", raw
+    (shape,) = raw["timing"]["shapes"]
+    inc, cand = (shape["impls"][k]["median_ms"] for k in ("incumbent", "candidate"))
+    assert inc < 1.5 * cand, (inc, cand)  # the incumbent was resumed for each of its requests
