@@ -4,7 +4,8 @@
    implementations while the judge reads the spec), the spec loaded here, and refused if it imports
    the target;
 2. each implementation named in `check` is checked at every correctness shape and dtype
-   (`loop.judge.checks`), the kernels it launched recorded;
+   (`loop.judge.checks`), the kernels it launched recorded; then every implementation of the job on
+   shapes and input magnitudes the judge draws (`loop.judge.drawn`, unless the job says `drawn: false`);
 3. every implementation is timed at the benchmark shapes, the timings corroborated and the timed
    work's outputs checked again (`loop.judge.bench`);
 4. the checked implementation's process says which backend compiled its kernels.
