@@ -182,3 +182,36 @@ def test_a_candidate_that_stops_its_sibling_slows_nothing(tmp_path, env):
     (shape,) = raw["timing"]["shapes"]
     inc, cand = (shape["impls"][k]["median_ms"] for k in ("incumbent", "candidate"))
     assert inc < 1.5 * cand, (inc, cand)  # the incumbent was resumed for each of its requests
+
+
+@linux
+def test_doctor_reports_the_isolation_a_judge_would_have_and_it_decides_nothing():
+    from loop.common.settings import Settings
+    from loop.tools import doctor
+
+    check = doctor.isolation_check(Settings())
+    assert check["name"] == "kernel process isolation" and check["ok"], check
+    assert "ptrace: blocked" in check["detail"] and "descendants: reaped" in check["detail"]
+    probe = {"cuda_available": False}
+    assert doctor.report(probe, None, {**check, "ok": False})["recommendation"] == doctor.report(probe)["recommendation"]
+    assert doctor.report(probe, None, check)["checks"][-1] == check
+
+
+def test_perf_results_says_when_the_isolation_was_weaker_than_full():
+    from dataclasses import replace
+
+    from loop.records.perf_table import measurement_lines
+    from test_records_tables import make
+
+    full = {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh", "stopped": "between requests"}
+
+    def record(isolation: dict):
+        r = make(1, "keep", speedups=(1.2,), latency=1.0, incumbent=1.2)
+        backend = r.backends["interpreter"]
+        shapes = [{**s, "isolation": isolation} for s in backend.shapes]
+        return replace(r, backends={"interpreter": replace(backend, shapes=shapes)})
+
+    assert not any(line.startswith("isolation:") for line in measurement_lines([record(full)], "interpreter"))
+    weak = [line for line in measurement_lines([record(full), record({**full, "ptrace": "open"})], "interpreter")
+            if line.startswith("isolation:")]
+    assert len(weak) == 1 and "ptrace: open" in weak[0], weak
