@@ -215,3 +215,33 @@ def test_perf_results_says_when_the_isolation_was_weaker_than_full():
     weak = [line for line in measurement_lines([record(full), record({**full, "ptrace": "open"})], "interpreter")
             if line.startswith("isolation:")]
     assert len(weak) == 1 and "ptrace: open" in weak[0], weak
+
+
+def test_a_timed_request_that_launched_none_of_the_targets_kernels_is_refused():
+    from loop.judge.kernel_process import KernelFailure, require_launches
+
+    require_launches({"launches": [1, 3]}, 2, "candidate")
+    with pytest.raises(KernelFailure) as failure:
+        require_launches({"launches": [1, 0]}, 2, "candidate")
+    assert failure.value.status == "uncorroborated" and failure.value.label == "candidate"
+    with pytest.raises(KernelFailure):
+        require_launches({"launches": [1]}, 2, "candidate")  # a count per sample, or a broken protocol
+
+
+@pytest.mark.slow
+@linux
+def test_a_refusal_of_the_incumbent_is_charged_to_the_incumbent(tmp_path, env):
+    """The incumbent's timer scaled down, the candidate honest: the refusal names the incumbent."""
+    from loop import backends
+    from loop.common.settings import Settings
+    from loop.measure.launch import run_worker
+
+    op = REPO_ROOT / "kernels" / "vector_add"
+    job = {"spec": str(op / "spec.py"), "target_dir": str(op), "target": str(op / "vector_add_triton.py"),
+           "device": "cpu", "backend": "interpreter", "check": ["candidate"], "seed": 3, "bench": True,
+           "impls": [{"label": "incumbent", "path": str(ADVERSARIES / "scale_timer.py")},
+                     {"label": "candidate", "path": str(op / "vector_add_triton.py")}],
+           "dtypes": ["float32"], "correctness_shapes": [[127]], "drawn": False, "bench_shapes": [[2048]],
+           "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}}
+    raw = run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")
+    assert raw["status"] == "uncorroborated" and raw["failed_impl"] == "incumbent", raw
