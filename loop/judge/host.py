@@ -1,6 +1,6 @@
 """`python -m loop.judge --host FD`: a process that has imported torch and the judge once, and forks
 a fresh judge for each measurement of a run, so that no measurement but the first waits seconds
-for `import torch` (kernel processes are forked from that judge in turn: `loop.judge.fork`).
+for `import torch` (its kernel processes are new interpreters, never forks of it: `loop.judge.fork`).
 
 It never runs kernel code, a spec or a job: it reads fork requests from the socket the
 orchestrator made (a socketpair, never a name on disk that a candidate could take over), each
@@ -9,9 +9,9 @@ result pipe, job pipe) passed with the request; it answers each with the new jud
 tells the exit status of every judge it reaped. What a judge inherits is this process before any
 measurement: torch and tileloop's judge imported, nothing of any earlier job (each judge is a new
 fork, none is reused). It cannot be attached to by a same-user process (not dumpable), it dies
-with the orchestrator, and its judges die with it. A judge it forked stays not dumpable (its
-kernel processes are new interpreters that map its CUDA memory by IPC handle, which needs no
-ptrace access: `loop.judge.fork`).
+with the orchestrator, and its judges die with it. A judge it forked stays not dumpable and
+becomes a subreaper (`loop.judge.fork.guard_judge`); its kernel processes map its CUDA memory by
+IPC handle (legacy CUDA IPC; whether a driver asks ptrace access for it is to be seen on the GPU).
 
 Protocol (AF_UNIX SOCK_SEQPACKET, JSON per message): host -> `{"ready": pid}` once; request
 `{"argv": [...], "env": {...}, "cwd": str, "fds": [n, ...]}` with descriptors [log, *fds] ->
