@@ -245,3 +245,24 @@ def test_a_refusal_of_the_incumbent_is_charged_to_the_incumbent(tmp_path, env):
            "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}}
     raw = run_worker(tmp_path, job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="judged")
     assert raw["status"] == "uncorroborated" and raw["failed_impl"] == "incumbent", raw
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, status", [("vector_add", "ok"), ("call_torch", "uncorroborated"),
+                                          ("leave_a_daemon", "uncorroborated"), ("write_judge_memory", "incorrect"),
+                                          ("recompute_when_poisoned", "uncorroborated"), ("stop_the_sibling", "ok")])
+def test_on_a_gpu_the_boundary_holds_and_the_arena_opens(tmp_path, env, name, status):
+    """A kernel process without capabilities opens the CUDA IPC arena of a judge that is not dumpable
+    (the honest candidate is measured), and each adversary gets its verdict, charged to it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from test_judge import judged
+
+    path = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py" if name == "vector_add" else ADVERSARIES / f"{name}.py"
+    raw = judged(tmp_path, path, device="cuda")
+    assert raw["status"] == status, raw
+    assert status == "ok" or raw["failed_impl"] == "candidate", raw
+    assert raw["isolation"] == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
+                                "stopped": "between requests"}, raw["isolation"]
