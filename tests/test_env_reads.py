@@ -25,6 +25,7 @@ HANDED_ON = {
     "loop/worker/proof.py": "the interpreter backend's proof: TRITON_INTERPRET=1 in force in this worker",
     "loop/worker/environment.py": "the Tile IR variables in force in this worker, for the environment fingerprint",
     "loop/worker/aot.py": "TRITON_INTERPRET removed before an ahead-of-time build in this worker",
+    "loop/tools/doctor.py": "the isolation probe's child: the caller's environment, this tileloop importable",
 }
 CHILD_PROTOCOL = {"TILELOOP_PARENT_PID"}  # set by tileloop for its children, never by a user
 

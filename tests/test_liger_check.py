@@ -86,7 +86,8 @@ def test_the_skeleton_of_liger_rms_norm_and_what_check_says_of_it(liger, tmp_pat
         placeholder = '"' + name + '": ...'
         assert f"make_inputs: {name!r} is still `...`" in left[f"ops/spec.py:{line_of(spec, placeholder)}"]
     assert "reference still raises NotImplementedError" in left[f"ops/spec.py:{line_of(spec, 'raise NotImplementedError')}"]
-    assert len(out["problems"]) == 5
+    assert "still returns the template's 0" in left[f"ops/spec.py:{line_of(spec, 'return 0  # TODO')}"]  # flops
+    assert len(out["problems"]) == 6
 
 
 def test_an_autograd_function_as_the_entry_writes_an_adapter_that_check_passes(liger, tmp_path, monkeypatch, capsys):
@@ -102,7 +103,8 @@ def test_an_autograd_function_as_the_entry_writes_an_adapter_that_check_passes(l
     spec.write_text(text.replace('raise NotImplementedError("write softmax in PyTorch here")',
                                  "return torch.softmax(input_, dim=-1)")
                     .replace("torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)",
-                             "torch.float16: (1e-6, 1e-2), torch.float32: (1e-9, 1e-5)"))
+                             "torch.float16: (1e-6, 1e-2), torch.float32: (1e-9, 1e-5)")
+                    .replace("    return 0  # TODO", "    return 5 * shape[0] * shape[1]"))  # flops: max, exp, sum, div
     code, out = check(capsys, "ops/softmax.py")
     assert code == 0 and out["ok"], out["problems"]
 

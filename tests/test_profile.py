@@ -244,7 +244,7 @@ def test_ncu_absent_is_reported_with_its_exit_code_before_anything_runs(kernel_r
     assert err.startswith("error: ")
     monkeypatch.setenv("PATH", str(kernel_repo))  # and no ncu on PATH either
     code, payload, _ = run_cli(capsys)
-    assert (code, payload["status"]) == (3, "ncu_missing") and "ncu on PATH not found" in payload["error"]
+    assert (code, payload.get("status")) == (3, "ncu_missing") and "ncu on PATH not found" in payload["error"], payload
 
 
 def test_no_matching_kernel_says_which_filter_and_what_ncu_saw(kernel_repo, capsys, fake_ncu, gpu_probe):

@@ -17,7 +17,9 @@ user's global configuration; `loop.records.git_files` puts the repository's own 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +53,12 @@ SAFE_CONFIG = (
 FILTER_COMMANDS = ("clean", "smudge", "process")  # an empty command: the driver does nothing
 
 
+@functools.lru_cache(maxsize=1)
 def _git_exe() -> str:
-    return _import_git().Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+    """git as GitPython found it, resolved on PATH once: a command that changes PATH later (a test, a
+    profile run with PATH narrowed to find ncu) still finds the git it started with."""
+    name = _import_git().Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+    return shutil.which(name) or name
 
 
 def _filter_drivers(cwd: Path) -> list[str]:

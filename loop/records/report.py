@@ -199,7 +199,7 @@ NOT_A_RATE = "n/a (interpreter)"
 def _roofline(state, best: Record) -> list[str]:
     shapes = best.backends[state.target_backend].shapes if best.backends.get(state.target_backend) else []
     roof = []
-    interp = best.interpreter  # an interpreter's wall clock says nothing of a GPU's bytes or flops per second
+    interp = state.target_backend == "interpreter"  # its wall clock says nothing of a GPU's bytes or flops per second
     for s in shapes:
         st = _stats(s)
         roof.append({"shape": "x".join(map(str, s["shape"])), "dtype": s["dtype"], "method": methods.method_text(s.get("method")),
