@@ -32,7 +32,7 @@ TARGET = "kernels/vector_add/vector_add_triton.py"
 VOLATILE_KEYS = {"env", "wall_s", "started", "finished", "created", "date", "samples_ms", "nrep", "active_s",
                  "python", "platform", "torch_version", "triton_version", "cutile_version", "probe", "log_tail",
                  "calls_per_sample", "notes", "registers", "spills", "local", "shared", "path", "detail",
-                 "tuned", "source_hash", "worker_dir", "experience"}
+                 "tuned", "source_hash", "worker_dir", "experience", "drawn", "isolation", "records_seal"}
 MASKS = [
     (re.compile(r"\b[0-9a-f]{40}\b"), "<sha>"),
     (re.compile(r"\b[0-9a-f]{7,39}\b"), "<short-sha>"),
