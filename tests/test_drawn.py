@@ -210,7 +210,24 @@ def interpreted(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def test_a_softmax_without_its_maximum_fails_a_shifted_draw_and_the_online_one_passes(interpreted):
+def in_a_new_interpreter(case) -> None:
+    """`case` (a function of this module) run in a new Python with TRITON_INTERPRET=1: an interpreted
+    Triton kernel that calls tl.zeros fails in a process whose earlier tests left the interpreter's
+    patches of triton.language undone ("Cannot call @triton.jit'd outside of the scope of a kernel")."""
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.path[:0] = [{str(REPO_ROOT / 'tests')!r}, {str(REPO_ROOT)!r}]; import test_drawn; test_drawn.{case.__name__}()"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
+                          capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_a_softmax_without_its_maximum_fails_a_shifted_draw_and_the_online_one_passes():
+    in_a_new_interpreter(_softmax_without_its_maximum)
+
+
+def _softmax_without_its_maximum():
     spec = suite_spec("softmax")
     draws = [drawn.Draw(0, (5, 17), "float16", 11, None), drawn.Draw(1, (5, 17), "float16", 11, "x+90")]
     harness, naive = in_process(spec, DRAWN / "softmax_without_max.py")
@@ -221,7 +238,11 @@ def test_a_softmax_without_its_maximum_fails_a_shifted_draw_and_the_online_one_p
     assert "NaN" in failed["reason"] and entries[1]["labels"]["incumbent"]["ok"]
 
 
-def test_a_row_sum_that_drops_the_end_of_wide_rows_fails_a_drawn_width_and_an_incumbent_failing_is_named(interpreted):
+def test_a_row_sum_that_drops_the_end_of_wide_rows_fails_a_drawn_width_and_an_incumbent_failing_is_named():
+    in_a_new_interpreter(_row_sum_that_drops_the_end_of_wide_rows)
+
+
+def _row_sum_that_drops_the_end_of_wide_rows():
     spec = suite_spec("row_sum")
     harness, dropped = in_process(spec, DRAWN / "row_sum_unmasked_blocks.py")
     _, masked = in_process(spec, DRAWN / "row_sum_masked_blocks.py")
