@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 from loop.common.errors import SpecError
+from loop.common.files import remove_dead
 
 ALIGN = 256  # bytes; what CUDA allocations give, so every dtype and vectorised access is aligned
 PREFIX = "tileloop-arena-"  # then the pid of the judge that made the file, a dash, the arena's id
@@ -38,36 +39,11 @@ def default_folder() -> Path:
     return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
-
-
 def sweep(folder: Path | None = None) -> list[Path]:
     """Remove the arena files whose judge is no longer alive (killed before its kernel processes had
     opened them); returns what was removed. The files of live judges, and any file this user cannot
     remove, stay."""
-    folder = Path(folder or default_folder())
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(PREFIX)]
-    except OSError:
-        return []
-    removed = []
-    for name in names:
-        pid = name[len(PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        try:
-            (folder / name).unlink()
-        except OSError:  # gone meanwhile, or another user's
-            continue
-        removed.append(folder / name)
-    return removed
+    return remove_dead(Path(folder or default_folder()), PREFIX, lambda path: path.unlink())
 
 
 def _align(n: int) -> int:

@@ -57,19 +57,26 @@ def sweep_scratch(folder: Path | None = None) -> list[Path]:
     """Remove the scratch folders of tileloop processes no longer alive; returns what was removed."""
     import shutil
 
-    folder = Path(folder or tempfile.gettempdir())
+    return remove_dead(Path(folder or tempfile.gettempdir()), SCRATCH, shutil.rmtree)
+
+
+def remove_dead(folder: Path, prefix: str, remove) -> list[Path]:
+    """Remove (`remove(path)`) the entries of `folder` named `<prefix><pid>-...` whose process is no
+    longer alive; returns what was removed. What this user cannot remove, or is gone meanwhile, stays out."""
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(SCRATCH)]
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
     except OSError:
         return []
     removed = []
     for name in names:
-        pid = name[len(SCRATCH):].split("-", 1)[0]
+        pid = name[len(prefix):].split("-", 1)[0]
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
-        shutil.rmtree(folder / name, ignore_errors=True)
-        if not (folder / name).exists():
-            removed.append(folder / name)
+        try:
+            remove(folder / name)
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        removed.append(folder / name)
     return removed
 
 
