@@ -71,6 +71,7 @@ def check_json(capsys, *argv) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_from_spec_to_a_passing_check(op_repo, capsys):
     target = "kernels/scale/scale_triton.py"
     assert main(["spec", target, "--entry", "scale_forward", "--json"]) == 0

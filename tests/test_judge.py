@@ -104,6 +104,7 @@ def test_an_honest_candidate_is_measured_and_corroborated(tmp_path, env):
     assert logs == ["judged-candidate.kernel.log", "judged-incumbent.kernel.log"]  # one process per implementation
 
 
+@pytest.mark.slow
 def test_a_judge_started_ahead_of_its_job_judges_it_with_the_processes_it_started(tmp_path, env):
     """The orchestrator starts the judge before the commit; the job comes later over a pipe. The
     verdict is the same, the two kernel processes started first are the implementations'."""

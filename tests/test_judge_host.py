@@ -32,6 +32,7 @@ def host(tmp_path, env):
     assert h.proc.returncode is not None
 
 
+@pytest.mark.slow
 def test_hosted_judges_give_the_verdicts_of_new_processes(tmp_path, host):
     assert host.not_dumpable  # no same-user process attaches to the process every judge is forked from
     bad = judged(tmp_path / "bad", ADVERSARIES / "replace_comparison.py", host=host)

@@ -158,6 +158,7 @@ def test_computed_launch_settings_are_tuned_and_scaled_not_refused(liger_kernel)
     assert "launch-param:_rms_norm_forward_kernel:num_warps=x2" in playbook.get("launch-param").current_keys(up.source)
 
 
+@pytest.mark.slow
 def test_a_spec_entry_point_narrows_the_forward_path(liger_kernel, tmp_path, capsys):
     source = liger_source(liger_kernel, "swiglu")
     spec = ("import torch\n\n\ndef entry(target, a, b):\n    return target.LigerSiLUMulFunction.apply(a, b)\n")

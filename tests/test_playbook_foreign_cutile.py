@@ -43,6 +43,7 @@ def test_the_backward_kernel_of_tilegym_rms_norm_is_off_the_forward_path(tilegym
     assert not any("backward" in root for root in an.entry), an.entry
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_no_cutile_candidate_changes_a_backward_kernel_of_tilegym(tilegym, op):
     source = (tilegym / "ops" / "cutile" / f"{op}.py").read_text()

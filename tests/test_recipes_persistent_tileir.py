@@ -492,6 +492,7 @@ def test_priority_places_the_new_kinds():
     assert dot.index("grouped-ordering") < dot.index("persistent") < dot.index("num_stages")
 
 
+@pytest.mark.slow
 def test_next_candidate_offers_tileir_configs_only_on_tileir_runs():
     source = autotuned("softmax")
     keys = lambda an: [c.kind for c in _drain(source, an)]  # noqa: E731

@@ -55,6 +55,7 @@ def softmax_dir(tmp_path, env, liger_kernel):
     return op
 
 
+@pytest.mark.slow
 def test_references_are_checked_then_timed_beside_the_best_version(softmax_dir, tmp_path):
     job = {"spec": str(softmax_dir / "spec.py"), "target_dir": str(softmax_dir), "device": "cpu", "backend": "interpreter",
            "impls": [{"label": "best", "path": str(softmax_dir / "softmax_triton.py")}], "torch_providers": ["torch_eager"],
