@@ -21,11 +21,12 @@ from loop.decide.rules import (
                                compare_shape,
                                comparisons,
                                decide,
+                               judged_decision,
                                stop_state,
                                stopping,
                                void,
 )
 
 __all__ = ["CRASH_STATUSES", "VOID", "Action", "Change", "Decision", "Measurability", "Policy", "Progress", "ShapeComparison",
-           "StopState", "combine", "compare_shape", "comparisons", "decide", "measurability", "stop_state",
+           "StopState", "combine", "compare_shape", "comparisons", "decide", "judged_decision", "measurability", "stop_state",
            "stopping", "void"]

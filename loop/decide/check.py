@@ -23,28 +23,9 @@ from collections import Counter
 from typing import Callable, Sequence
 
 from loop.common.jobs import shape_text as _key
-from loop.decide.rules import VOID, Decision, Policy, comparisons, decide, void
+from loop.decide.rules import VOID, Decision, Policy, comparisons, decide, judged_decision
 
 SCENARIOS = ("aa", "slowdown", "speedup")
-
-
-def judged_decision(policy: Policy, outcome: dict, remeasured: bool = False) -> Decision:
-    """The loop's decision on one judged measurement of its target backend, as an iteration takes it
-    (`loop.run.iteration` `_decide`, which has guard backends besides): a failure of the incumbent
-    voids the measurement (unmeasured, verdict `void`: nothing is charged to the candidate), a failed
-    backend proof is `guard_failed`, a typed failure of the candidate (incorrect, uncorroborated, a
-    crash) is decided as such, a change no check ran is `unexercised`, one that cannot show in the
-    timing mode `unmeasured`; else the paired comparisons of every timed shape decide."""
-    if outcome["status"] not in ("ok", "fallback") and outcome.get("failed_impl") == "incumbent":
-        return void(f"the incumbent failed ({outcome['status']}: {outcome['message'][:300]}): "
-                    "the measurement is void, nothing is charged to the candidate")
-    if outcome["status"] == "fallback":
-        return Decision("revert", "guard_failed", outcome["message"])
-    if outcome["status"] != "ok":
-        return decide(policy, failure=outcome["status"], failure_message=outcome["message"])
-    if outcome.get("unexercised") or outcome.get("unmeasurable"):
-        return decide(policy, unexercised=outcome.get("unexercised") or (), unmeasurable=outcome.get("unmeasurable") or "")
-    return decide(policy, shapes=comparisons(outcome, policy), remeasured=remeasured)
 
 
 def trial_rows(event: dict, policy: Policy) -> list[dict]:

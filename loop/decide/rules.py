@@ -108,6 +108,30 @@ def void(reason: str) -> Decision:
     return Decision("unmeasured", VOID, reason)
 
 
+def judged_decision(policy: Policy, outcome: dict, remeasured: bool = False, guard_failures: Sequence[str] = ()
+                    ) -> Decision:
+    """The loop's decision on one judged measurement of its target backend, taken by an iteration
+    (`loop.run.iteration`, with its guard backends' failures) and by decision-check's trials alike: a
+    failure of the incumbent voids the measurement (unmeasured, verdict `void`: nothing is charged to
+    the candidate), a failed backend proof is `guard_failed`, a typed failure of the candidate
+    (incorrect, uncorroborated, a crash) is decided as such, a change no check ran is `unexercised`,
+    one that cannot show in the timing mode `unmeasured`; else the paired comparisons of every timed
+    shape decide. `outcome`: {status, message, failed_impl, backend (where the incumbent failed, if
+    named), timing (the judge's timing result when ok), unexercised, unmeasurable}."""
+    if outcome["status"] not in ("ok", "fallback") and outcome.get("failed_impl") == "incumbent":
+        where = f" on {outcome['backend']}" if outcome.get("backend") else ""
+        return void(f"the incumbent failed{where} ({outcome['status']}: {str(outcome.get('message', ''))[:300]}): "
+                    "the measurement is void, nothing is charged to the candidate")
+    if outcome["status"] == "fallback":
+        return Decision("revert", "guard_failed", outcome["message"])
+    if outcome["status"] != "ok":
+        return decide(policy, failure=outcome["status"], failure_message=outcome["message"])
+    unexercised, unmeasurable = outcome.get("unexercised") or (), outcome.get("unmeasurable") or ""
+    if unexercised or unmeasurable:  # correct, but its timing is not looked at
+        return decide(policy, guard_failures=guard_failures, unexercised=unexercised, unmeasurable=unmeasurable)
+    return decide(policy, shapes=comparisons(outcome, policy), guard_failures=guard_failures, remeasured=remeasured)
+
+
 def decide(
     policy: Policy,
     *,

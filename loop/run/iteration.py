@@ -160,23 +160,21 @@ class Iteration(Measuring, Recording):
                 remeasured: bool = False, unmeasurable: str = "") -> decide.Decision:
         tb = self.state.target_backend
         target = results[tb]
-        incumbent = [(name, r) for name, r in raw.items() if r.get("failed_impl") == "incumbent" and r.get("status") != "ok"]
-        if incumbent:  # the incumbent's failure says nothing about the candidate
-            name, r = incumbent[0]
-            return decide.void(f"the incumbent failed on {name} ({r.get('status')}: {str(r.get('message', ''))[:300]}): "
-                               "the measurement is void, nothing is charged to the candidate")
-        if target.status == "fallback":
-            return decide.Decision("revert", "guard_failed", target.reason)
-        if target.status != "ok":
-            return decide.decide(self.policy, failure=target.status, failure_message=target.reason)
-        seen = raw[tb].get("correctness", {})
-        launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
-        missed = unexercised(*sources, launched, called) if launched is not None else []
-        if unmeasurable:  # correct (and exercised): its timing is not looked at
-            return decide.decide(self.policy, guard_failures=guard_failures(results, tb), unexercised=missed,
-                                 unmeasurable=unmeasurable)
-        return decide.decide(self.policy, shapes=decide.comparisons(raw[tb], self.policy),
-                             guard_failures=guard_failures(results, tb), remeasured=remeasured, unexercised=missed)
+        # the incumbent's failure on any backend says nothing about the candidate
+        failed = next(((name, r) for name, r in raw.items() if r.get("failed_impl") == "incumbent" and r.get("status") != "ok"),
+                      None)
+        if failed is not None:
+            name, r = failed
+            outcome = {"status": r.get("status"), "message": r.get("message", ""), "failed_impl": "incumbent", "backend": name}
+            return decide.judged_decision(self.policy, outcome)
+        outcome = {"status": target.status, "message": target.reason}
+        if target.status == "ok":
+            seen = raw[tb].get("correctness", {})
+            launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
+            outcome.update(timing=raw[tb]["timing"], unmeasurable=unmeasurable,
+                           unexercised=unexercised(*sources, launched, called) if launched is not None else [])
+        return decide.judged_decision(self.policy, outcome, remeasured,
+                                      guard_failures=guard_failures(results, tb) if target.status == "ok" else ())
 
 
 def voided(b: BackendResult, why: str) -> BackendResult:

@@ -19,7 +19,7 @@ one kernel process per implementation, the candidate checked at every correctnes
 the interleaved rounds, the audits of timed requests, the corroboration on the judge's clock and the
 backend proof. Its result is typed as an iteration types it (`outcome`: `to_backend_result`), the change's
 measurability and coverage are computed as an iteration computes them, and the decision is the
-loop's (`loop.decide.check.judged_decision`: `decide.comparisons` + `decide.decide`, the loop's
+loop's (`loop.decide.judged_decision`: `decide.comparisons` + `decide.decide`, the loop's
 default Policy), a speedup over 3x measured again first. So a false keep counted here is one the
 loop would make, and an honest candidate refused (`uncorroborated`) is counted as the loop would
 refuse it. Not run: the compile gate and the guard backends (the kernels are the incumbent's).
