@@ -25,7 +25,7 @@ from loop.common.errors import UserError
 from loop.records import experience, gitops
 from loop.records.results import Record
 from loop.run.sweep import Sweeping
-from loop.run.levers import analysis_of
+from loop.run.levers import analysis_of, best_record
 from loop.target.contract import source_hash
 from loop.target.coverage import unexercised
 from playbook import Candidate
@@ -63,8 +63,7 @@ class Suggesting(Sweeping):
     def incumbent_coverage(self) -> tuple[list[str] | None, list[str] | None]:
         """(kernels launched, host functions called) by the checks of the best version's last
         measurement, from its worker result; (None, None) where there is none (an external harness)."""
-        recs = self.records()
-        rec = next((r for r in reversed(recs) if r.commit == self.state.best_commit and r.status == "keep"), None)
+        rec = best_record(self)
         if rec is None or self.state.harness:
             return None, None
         path = self.iter_dir(rec.iteration) / f"worker-{self.state.target_backend}.result.json"
