@@ -45,14 +45,9 @@ class Measuring(RunCore):
                 timeout_s=self.settings.worker_timeout_s, allowed_untracked=set(self.state.untracked_at_start),
                 on_stage=on_stage)
             return results, raw, {}
-        stem = Path(self.state.target).stem
-        impls = {}
-        if incumbent_src is not None:
-            impls["incumbent"] = workdir / f"{stem}__incumbent.py"
-            impls["incumbent"].write_text(incumbent_src)
         label = "candidate" if incumbent_src is not None else "baseline"
-        impls[label] = workdir / f"{stem}__{label}.py"
-        impls[label].write_text(candidate_src)
+        impls = self.implementations(workdir, {**({"incumbent": incumbent_src} if incumbent_src is not None else {}),
+                                               label: candidate_src})
         gate = {}
         if self.state.inflight is not None:
             self.stage("verify")
@@ -71,14 +66,29 @@ class Measuring(RunCore):
                                             timing_label=get_backend(tb).timing_label,
                                             worker_dir=str(workdir.relative_to(self.root)))
                 return results, {}, gate
-        m = measure(root=self.root, workdir=workdir, spec_path=self.root / self.state.spec,
-                    target_dir=(self.root / self.state.target).parent, impls=impls, check=[label],
-                    backend_names=self.state.backends, availability=self.state.availability,
-                    target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
-                    settings=self.settings, cache_root=self.dir / "triton-cache",
-                    on_stage=lambda s: self._on_measure(n, s), timing=CPU_TIMING if self.state.device == "cpu" else None,
-                    target=self.root / self.state.target, ahead=ahead, host=self.host)
+        m = self.judged(n, workdir, impls, [label], self.state.backends, lambda s: self._on_measure(n, s), ahead)
         return m.results, m.raw, gate
+
+    def implementations(self, workdir: Path, sources: dict[str, str]) -> dict[str, Path]:
+        """Each implementation's source (label -> source) as a file of the measurement's folder."""
+        stem = Path(self.state.target).stem
+        impls = {}
+        for label, source in sources.items():
+            impls[label] = workdir / f"{stem}__{label.replace('-', '_')}.py"
+            impls[label].write_text(source)
+        return impls
+
+    def judged(self, n: int, workdir: Path, impls: dict[str, Path], check: list[str], backends: list[str], on_stage,
+               ahead: JudgeAhead | None = None):
+        """One judged measurement of `impls` per backend of `backends` (`check`: the labels whose
+        correctness is checked), with the run's spec, seed, device, caches and judge host."""
+        return measure(root=self.root, workdir=workdir, spec_path=self.root / self.state.spec,
+                       target_dir=(self.root / self.state.target).parent, impls=impls, check=check,
+                       backend_names=backends, availability=self.state.availability,
+                       target_backend=self.state.target_backend, device=self.state.device, seed=self.state.seed + n,
+                       settings=self.settings, cache_root=self.dir / "triton-cache", on_stage=on_stage,
+                       timing=CPU_TIMING if self.state.device == "cpu" else None, target=self.root / self.state.target,
+                       ahead=ahead, host=self.host)
 
     def _on_measure(self, n: int, what: str) -> None:
         if self.state.inflight is not None and self.state.inflight.get("stage") != "measure":

@@ -18,12 +18,9 @@ timed: no value is picked, and the step's own value is evaluated, which the unme
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from loop import decide
 from loop.common.files import atomic_write_text
 from loop.decide import sweep as sweeps
-from loop.measure.evaluate import CPU_TIMING, measure
 from loop.records import gitops
 from loop.records.results import BackendResult
 from loop.run.iteration import Iteration
@@ -121,20 +118,9 @@ class Sweeping(Iteration):
         backends measure the chosen value in its iteration); every value checked for correctness."""
         workdir = self.iter_dir(n) / f"sweep-{attempt}"
         workdir.mkdir(parents=True, exist_ok=True)
-        stem = Path(self.state.target).stem
-        impls = {"incumbent": workdir / f"{stem}__incumbent.py"}
-        impls["incumbent"].write_text(incumbent)
-        for v in values:
-            impls[v.label] = workdir / f"{stem}__{v.label.replace('-', '_')}.py"
-            impls[v.label].write_text(v.source)
+        impls = self.implementations(workdir, {"incumbent": incumbent, **{v.label: v.source for v in values}})
         tb = self.state.target_backend
-        m = measure(root=self.root, workdir=workdir, spec_path=self.root / self.state.spec,
-                    target_dir=(self.root / self.state.target).parent, impls=impls, check=[v.label for v in values],
-                    backend_names=[tb], availability=self.state.availability, target_backend=tb,
-                    device=self.state.device, seed=self.state.seed + n, settings=self.settings,
-                    cache_root=self.dir / "triton-cache", on_stage=lambda what: self.log(f"#{n} sweep {what}"),
-                    timing=CPU_TIMING if self.state.device == "cpu" else None, target=self.root / self.state.target,
-                    host=self.host)
+        m = self.judged(n, workdir, impls, [v.label for v in values], [tb], lambda what: self.log(f"#{n} sweep {what}"))
         return m.results[tb], m.raw.get(tb) or {}
 
 
