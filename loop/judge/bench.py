@@ -7,6 +7,7 @@ the claims against its own clock and the audited samples (`corroborate`)."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from loop.common import arena as shared
 from loop.common import timing
@@ -90,31 +91,30 @@ class Bench:
     def method(self, prepared: dict, nsets: int, most: int, plan: timing.TimingPlan,
                auditor: Auditor) -> tuple[str, int, list[str]]:
         """How every implementation is timed at this shape: the same way for all (CUDA graphs of the
-        same number of calls, one per input set, when every call is short and every capture works;
-        else eagerly over `nsets` sets)."""
+        same number of calls, one per input set, when `choose_method` says so and every capture works;
+        else eagerly over `nsets` sets). The notes say why (`choose_method`'s reason first)."""
         if self.job["device"] != "cuda":
             auditor.timed_as("interpreter_wallclock", 1, 1, None)
             return "interpreter_wallclock", 1, []
         # the implementations under study decide; PyTorch's own baselines (`report --measure`, `compare`)
         # are timed the same way, and a slow eager one does not push everything off CUDA graphs
         deciding = [lab for lab in self.labels if lab not in set(self.job.get("torch_providers") or ())] or self.labels
-        slowest = max(deciding, key=lambda lab: time_of(prepared[lab], "call_ms", lab))
-        call_ms = time_of(prepared[slowest], "call_ms", slowest)
-        notes: list[str] = []
-        if plan.use_graphs and call_ms < timing.GRAPH_BELOW_MS:
-            calls = min(timing.calls_per_graph(call_ms, nsets), most)
+        calls_ms = {lab: time_of(prepared[lab], "call_ms", lab) for lab in self.labels}
+        choice = choose_method(calls_ms, deciding, self.pair, plan.use_graphs, nsets, most, self.job.get("method"))
+        notes = [choice.why]
+        if choice.graphs:
+            calls = choice.calls
             captured = ask_all(self.kernels, {lab: {"op": "capture", "calls": calls} for lab in self.labels})
-            notes = [str(c["note"]) for c in captured.values() if c.get("note")]
+            notes += [str(c["note"]) for c in captured.values() if c.get("note")]
+            asked = " (CUDA graphs were asked for: method graph)" if choice.forced else ""
             if all(c.get("captured") for c in captured.values()):
                 why = auditor.timed_as("cuda_graph", calls, calls, captured)
                 if why is None:
                     return "cuda_graph", calls, notes
-                notes.append(f"{why}: timed eagerly")
+                notes.append(f"{why}: timed eagerly{asked}")
             else:
-                notes.append("timed eagerly")
-        elif plan.use_graphs:
-            notes.append(f"timed eagerly: a call of {slowest} takes {call_ms:.3f} ms (CUDA graphs below "
-                         f"{timing.GRAPH_BELOW_MS} ms)")
+                failed = ", ".join(lab for lab, c in captured.items() if not c.get("captured"))
+                notes.append(f"CUDA graph capture failed for {failed}: timed eagerly{asked}")
         for lab in self.labels:
             self.ask(lab, {"op": "eager", "sets": nsets})
         auditor.timed_as("cuda_events_l2_flush", 1, nsets, None)
@@ -181,3 +181,61 @@ class Bench:
                 started = time.perf_counter()
                 self.ask(lab, {"op": "sample", "first": 0, "n": batch, "empty": True})
                 empties["batch"][lab].append((self.kernels[lab].answered_at - started) * 1e3)
+
+
+METHODS = ("graph", "eager")  # what a job may ask for (`method`); absent: chosen by `choose_method`
+GRAPH_SAMPLE_LIMIT = 20  # a graph sample may take this many times the intended sample time, no more
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """How a shape is to be timed: CUDA graphs of `calls` calls each, or eagerly (calls 1); why, and
+    whether the job asked for it (`forced`)."""
+
+    graphs: bool
+    calls: int
+    why: str
+    forced: bool = False
+
+
+def choose_method(call_ms: dict[str, float], deciding: list[str], pair: tuple[str, str] | None, use_graphs: bool,
+                  nsets: int, most: int, forced: str | None = None) -> MethodChoice:
+    """The timing method of a shape, from each implementation's call time (ms).
+
+    With a pair (incumbent, candidate), the incumbent's call decides, so that the same incumbent is
+    timed the same way whatever candidate it meets: CUDA graphs when its call is shorter than
+    GRAPH_BELOW_MS, of the calls its call time asks for; a longer call of another implementation is
+    timed in a graph of as many calls, unless that graph would take more than GRAPH_SAMPLE_LIMIT times
+    the intended sample (then every implementation is timed eagerly). Without a pair (a report's
+    measurement, compare), the slowest call of the implementations in `deciding` decides. `forced`
+    ("graph" or "eager", the job's `method`) overrides the choice."""
+    if forced is not None and forced not in METHODS:
+        raise ValueError(f"unknown timing method {forced!r}; valid: {', '.join(METHODS)}")
+    if forced == "eager":
+        return MethodChoice(False, 1, "timed eagerly: asked for (method eager)", True)
+    incumbent = pair[0] if pair and pair[0] in call_ms else None
+    basis = incumbent or max(deciding, key=lambda lab: call_ms[lab])
+    base = call_ms[basis]
+    calls = max(1, min(timing.calls_per_graph(base, nsets), most))
+    if forced == "graph":
+        return MethodChoice(True, calls, f"CUDA graphs of {calls} call(s): asked for (method graph); a call of "
+                                         f"{basis} takes {base:.3f} ms", True)
+    if not use_graphs:
+        return MethodChoice(False, 1, "timed eagerly: the timing plan does not use CUDA graphs")
+    whose = "the incumbent's call" if incumbent else f"the slowest call ({basis})"
+    if base >= timing.GRAPH_BELOW_MS:
+        return MethodChoice(False, 1, f"timed eagerly: {whose} takes {base:.3f} ms (CUDA graphs below "
+                                      f"{timing.GRAPH_BELOW_MS} ms)")
+    why = f"CUDA graphs of {calls} call(s): {whose} takes {base:.3f} ms (below {timing.GRAPH_BELOW_MS} ms)"
+    if incumbent is None:
+        return MethodChoice(True, calls, why)
+    intended = max(timing.SAMPLE_TARGET_MS, base * calls)
+    longest = max(call_ms, key=lambda lab: call_ms[lab])
+    if call_ms[longest] * calls > GRAPH_SAMPLE_LIMIT * intended:
+        return MethodChoice(False, 1, f"timed eagerly: a graph of {calls} call(s) of {longest} ({call_ms[longest]:.3f} "
+                                      f"ms a call) would take {call_ms[longest] * calls:.1f} ms, over "
+                                      f"{GRAPH_SAMPLE_LIMIT}x the {intended:.2f} ms sample {whose} asks for")
+    slow = [lab for lab in call_ms if call_ms[lab] >= timing.GRAPH_BELOW_MS]
+    if slow:
+        why += "; " + ", ".join(f"{lab} ({call_ms[lab]:.3f} ms a call)" for lab in slow) + " in graphs of as many calls"
+    return MethodChoice(True, calls, why)
