@@ -7,7 +7,8 @@ from pathlib import Path
 
 from loop.cli.common import arch_list, common, duration, emit, positive_int
 from loop.common.files import atomic_write_text
-from loop.suite import runner, summary
+from loop.common.errors import UserError
+from loop.suite import runner, summary, unattended
 
 
 def add_suite(sub) -> None:
@@ -31,6 +32,14 @@ def add_suite(sub) -> None:
                          "e.g. after its playbook changed; repeatable")
     sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
     sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
+    sp.add_argument("--unattended-json", metavar="PATH",
+                    help="summarize: also write the unattended results list here (e.g. "
+                         "docs/results/unattended-<device>-<date>.json: one object per target, benchmark shape and dtype of "
+                         "its final measurement with op, language, shape, dtype, best_ms, eager_ms, compile_ms (null where "
+                         "torch.compile was unavailable), clone_fraction, experiments, wall_s) and beside it PATH with .md: "
+                         "the same table with a verdict per row, the median seconds per experiment, the device, the commands")
+    sp.add_argument("--command", action="append", default=[], dest="commands", metavar="CMD",
+                    help="summarize, with --unattended-json: a command that made the results, shown on the page; repeatable")
     common(sp, run_opt=False)
 
 
@@ -43,10 +52,23 @@ def cmd_suite(args, settings) -> int:
                                    resume=args.resume, restart=args.restart)
         emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
-    entries = summary.load_entries([Path(p) for p in args.paths])
+    paths = [Path(p) for p in args.paths]
+    entries = summary.load_entries(paths)
     text = summary.summarize(entries, args.title)
     if args.out:
         atomic_write_text(Path(args.out), text + "\n")
+    if args.unattended_json:
+        target = Path(args.unattended_json)
+        if target.suffix != ".json":
+            raise UserError(f"--unattended-json needs a .json path, got {target}", hint="its page goes beside it, with .md")
+        data, _ = unattended.write(target, entries, args.commands, summary.started_runs(paths), args.title)
+        note = f"{len(data)} rows in {target}, its page in {target.with_suffix('.md')}"
+        if args.json:
+            print(note, file=sys.stderr)
+        else:
+            text = f"{text}\n\n{note}"
+    elif args.commands:
+        raise UserError("--command goes with --unattended-json (it is shown on that page)")
     emit(args, {"entries": len(entries), "out": args.out, "markdown": text}, text)
     return 0
 

@@ -16,6 +16,7 @@ from loop.common.errors import UserError
 from loop.records import methods
 from loop.records.perf_table import markdown_table
 from loop.records.results import Record, cumulative
+from loop.run.levers import roofline
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 
@@ -72,7 +73,18 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
         "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
         "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
         "cut_off": cut_off, "suite_wall_s": wall_s,
+        **from_records(recs),
     }
+
+
+def from_records(recs: list[Record]) -> dict:
+    """What an entry keeps of its run's records for `suite summarize --unattended-json`: each
+    experiment's wall time, the baseline's and the experiments' summed (over every session of a
+    resumed run), and the best version's distance to its roofline as the run's lever analysis read it."""
+    best = next((r for r in reversed(recs) if r.status == "keep"), None)
+    where = roofline(best, recs[0].target_backend) if best else None
+    return {"experiment_wall_s": [r.wall_s for r in recs[1:]], "records_wall_s": round(sum(r.wall_s for r in recs), 3),
+            "roofline": where.basis if where else None}
 
 
 def _f(x, fmt="{:.6f}") -> str:
@@ -256,6 +268,9 @@ def languages(entries: list[dict]) -> list[str]:
 
 
 def load_entries(paths: list[Path]) -> list[dict]:
+    """The suite entries in `paths` (folders or entry files). An entry written before entries kept
+    their records' wall times gets them from the records the suite copied beside it
+    (`<run>-results.jsonl`), where there are some."""
     out = []
     for p in paths:
         if not p.exists():
@@ -267,7 +282,17 @@ def load_entries(paths: list[Path]) -> list[dict]:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise UserError(f"{f} is not a JSON suite entry") from None
             if isinstance(d, dict) and d.get("schema") == ENTRY_SCHEMA:
+                beside = f.parent / f"{d.get('run')}-results.jsonl"
+                if "error" not in d and "experiment_wall_s" not in d and beside.is_file():
+                    d.update(from_records([Record.from_json(json.loads(line)) for line in beside.read_text().splitlines()
+                                           if line.strip()]))
                 out.append(d)
     if not out:
         raise UserError(f"no suite entries ({ENTRY_SCHEMA}) in {', '.join(map(str, paths))}")
     return out
+
+
+def started_runs(paths: list[Path]) -> list[str]:
+    """The runs a suite started in these output folders: each has its log (`<run>.log`) from the moment
+    its `tileloop run` began, and its entry only once it ended and was reported."""
+    return sorted(f.stem for p in paths if p.is_dir() for f in p.glob("suite-*.log"))

@@ -1,0 +1,251 @@
+"""`suite summarize --unattended-json`: the suite tuned unattended, as one list of numbers and a page.
+
+One object per (target, benchmark shape, dtype) that the target's final measurement (`tileloop
+report --measure`) timed: the tuned kernel's time, torch eager's and torch.compile's (null where the
+final measurement had torch.compile `unavailable`: never the time of an eager fallback), its
+fraction of the same-run clone bandwidth (null for a compute-bound op), torch.matmul's time for
+matmul (the matmul spec's torch eager is `a @ b`), the run's experiment count and wall time. Every
+ratio is within that one measurement. The page beside it holds the same table with a verdict per row
+against the unattended targets, the median seconds per experiment, the device and the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from loop.common.files import atomic_write_text
+from loop.records.perf_table import markdown_table
+
+CLONE_TARGET = 0.95  # memory-bound ops: of the same-run clone bandwidth, at the largest benchmark shape
+COMPILE_TARGET = 1.0  # every op: torch.compile's time over ours, at every benchmark shape
+MATMUL_TARGET = 1.0  # matmul: torch.matmul's time over ours, at every benchmark shape
+EXPERIMENT_S_TARGET = 30.0  # median wall seconds per experiment over the suite
+COMPUTE_BOUND_FLOP_PER_BYTE = 50.0  # as the suite summary's: a fraction of copy bandwidth says nothing above it
+MATMUL_OP = "matmul"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One object of the published list (its first ten fields are the issue's, in its order)."""
+
+    op: str
+    language: str
+    shape: list[int]
+    dtype: str
+    best_ms: float
+    eager_ms: float | None
+    compile_ms: float | None
+    clone_fraction: float | None
+    experiments: int
+    wall_s: float | None
+    matmul_ms: float | None  # matmul only: torch.matmul, the matmul spec's torch eager
+    memory_bound: bool  # the clone target applies (not matmul, not above COMPUTE_BOUND_FLOP_PER_BYTE)
+    largest: bool  # the benchmark shape (and dtype) that moves the most bytes: where the clone target applies
+    finished: bool  # the run's stop rule fired (not cut off, not stopped mid-way)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        if self.op != MATMUL_OP:
+            del out["matmul_ms"]
+        return out
+
+
+def _ms(cell) -> float | None:
+    """A final measurement's time cell as a number; None where it says why there is none."""
+    try:
+        value = float(cell)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _shape(text: str) -> list[int]:
+    return [int(x) for x in str(text).split("x")]
+
+
+def compute_bound(entry: dict) -> bool:
+    """Matmul, or an op whose largest benchmark shape does more FLOPs per byte than a copy can say anything of."""
+    shape = entry.get("largest_shape") or {}
+    dense = bool(shape.get("bytes")) and (shape.get("flops") or 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
+    return entry.get("op") == MATMUL_OP or dense
+
+
+def finished(entry: dict) -> bool:
+    return (entry.get("stop") or {}).get("state") in ("stop", "escalate") and not entry.get("cut_off")
+
+
+def wall_s(entry: dict) -> tuple[float | None, str]:
+    """The run's wall time and what it is: the `tileloop run` process's (init to stop) where the
+    suite ran it in one call; the sum of its records' wall times (baseline and experiments, over
+    every session) where it was resumed, the suite's clock having seen only the last call."""
+    if not entry.get("resumed") and isinstance(entry.get("suite_wall_s"), (int, float)):
+        return float(entry["suite_wall_s"]), "run"
+    if isinstance(entry.get("records_wall_s"), (int, float)):
+        return float(entry["records_wall_s"]), "records"
+    return None, "unknown"
+
+
+def rows(entries: list[dict]) -> list[Row]:
+    """The published list: one row per final-measurement row of each entry that has one."""
+    out = []
+    for e in sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"])):
+        big = e.get("final_largest") or {}
+        dense = compute_bound(e)
+        for r in e.get("final") or []:
+            best = _ms(r.get("best (ms)"))
+            if best is None:
+                continue
+            eager = _ms(r.get("torch eager (ms)"))
+            frac = r.get("best, fraction of clone bandwidth")
+            out.append(Row(
+                op=e["op"], language=e["language"], shape=_shape(r["shape"]), dtype=r["dtype"], best_ms=best,
+                eager_ms=eager, compile_ms=_ms(r.get("torch.compile (ms)")),
+                clone_fraction=None if dense else _fraction(frac), experiments=int(e["iterations"]),
+                wall_s=wall_s(e)[0], matmul_ms=eager if e["op"] == MATMUL_OP else None, memory_bound=not dense,
+                largest=(r["shape"], r["dtype"]) == (big.get("shape"), big.get("dtype")), finished=finished(e)))
+    return out
+
+
+def _fraction(cell) -> float | None:
+    try:
+        value = float(cell)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def checks(row: Row) -> list[tuple[str, bool | None]]:
+    """Each target that applies to the row: (what was measured against what, met; None: no value to judge)."""
+    out = []
+    if row.memory_bound and row.largest:
+        frac = row.clone_fraction
+        out.append((f"clone {frac:.2f} (needs >= {CLONE_TARGET:.2f})" if frac is not None else "clone fraction not measured",
+                    None if frac is None else frac >= CLONE_TARGET))
+    if row.op == MATMUL_OP:
+        ratio = row.matmul_ms / row.best_ms if row.matmul_ms else None
+        out.append((f"torch.matmul {ratio:.3f}x (needs >= {MATMUL_TARGET:.1f}x)" if ratio else "torch.matmul not timed",
+                    None if ratio is None else ratio >= MATMUL_TARGET))
+    ratio = row.compile_ms / row.best_ms if row.compile_ms else None
+    out.append((f"torch.compile {ratio:.3f}x (needs >= {COMPILE_TARGET:.1f}x)" if ratio else "torch.compile unavailable",
+                None if ratio is None else ratio >= COMPILE_TARGET))
+    return out
+
+
+def verdict(row: Row) -> str:
+    """`met`, or `not met: ...` naming each target missed, or `not judged: ...` where a value is missing."""
+    results = checks(row)
+    missed = [what for what, ok in results if ok is False]
+    unjudged = [what for what, ok in results if ok is None]
+    if missed:
+        return "not met: " + "; ".join(missed + unjudged)
+    return "not judged: " + "; ".join(unjudged) if unjudged else "met"
+
+
+def why(entry: dict) -> str:
+    """What the run recorded about where its best version stands and why it stopped (its lever
+    analysis: distance to the roofline), quoted for a row that misses a target."""
+    notes = []
+    if entry.get("roofline"):
+        notes.append(f"best version at {entry['roofline']}")
+    reason = (entry.get("stop") or {}).get("reason")
+    if reason:
+        notes.append(f"stopped: {reason}")
+    if entry.get("cut_off"):
+        notes.append("cut off by --per-run")
+    return "; ".join(notes) if notes else "no profile recorded"
+
+
+def experiment_seconds(entries: list[dict]) -> tuple[float | None, int, str]:
+    """The median wall seconds per experiment over the suite, how many experiments, and from what:
+    the records' own per-experiment wall times where every entry has them, else each run's wall
+    time over its experiments (one value per experiment)."""
+    live = [e for e in entries if "error" not in e and e.get("iterations")]
+    if not live:
+        return None, 0, "no experiments"
+    if all(isinstance(e.get("experiment_wall_s"), list) for e in live):
+        walls = [float(w) for e in live for w in e["experiment_wall_s"]]
+        return (statistics.median(walls) if walls else None), len(walls), "the records' per-experiment wall times"
+    walls = []
+    for e in live:
+        total, _ = wall_s(e)
+        if total is not None:
+            walls += [total / e["iterations"]] * e["iterations"]
+    return (statistics.median(walls) if walls else None), len(walls), \
+        "each run's wall_s / experiments (no per-experiment wall times beside every entry)"
+
+
+def not_finished(entries: list[dict], started: list[str]) -> list[str]:
+    """Targets of the suite with no whole result: failed, cut off, stopped mid-way, without a final
+    measurement, or started (a log) and never given an entry (killed, or still running)."""
+    out = []
+    runs = {e.get("run") for e in entries}
+    for e in sorted(entries, key=lambda e: str(e.get("target") or e.get("run"))):
+        name = e.get("target") or e.get("run")
+        if "error" in e:
+            out.append(f"{name}: not run: {e['error']}")
+        elif not e.get("final"):
+            out.append(f"{name}: no final measurement" + (f" ({str(e.get('final_error'))[-160:].strip()})"
+                                                         if e.get("final_error") else ""))
+        if "error" not in e and not finished(e):
+            state = "cut off by --per-run" if e.get("cut_off") else f"stopped without a stop rule ({(e.get('stop') or {}).get('state') or 'unknown'})"
+            out.append(f"{name}: unfinished, {state}: {e.get('iterations', 0)} experiment(s); "
+                       "`suite run --resume` continues it")
+    out += [f"{run}: started, no entry (killed or still running): `suite run --resume` continues it"
+            for run in sorted(set(started) - runs)]
+    return out
+
+
+def page(entries: list[dict], table: list[Row], commands: list[str], started: list[str], title: str) -> str:
+    """The markdown page beside the JSON list: the same table with verdicts, and how it was made."""
+    live = [e for e in entries if "error" not in e]
+    devices = sorted({str(e.get("device")) for e in live}) or ["unknown"]
+    median, count, basis = experiment_seconds(entries)
+    by_run = {(e["op"], e["language"]): e for e in live}
+    bases = sorted({wall_s(e)[1] for e in live})
+    lines = [f"# {title}", "", f"- device: {', '.join(devices)}",
+             "- commands:" if commands else "- commands: not given (`suite summarize --command '...'`, repeatable)"]
+    lines += [f"  - `{c}`" for c in commands]
+    lines += [f"- median seconds per experiment over the suite: "
+              + (f"{median:.1f} s over {count} experiments (needs <= {EXPERIMENT_S_TARGET:.0f} s: "
+                 f"{'met' if median <= EXPERIMENT_S_TARGET else 'not met'}), from {basis}" if median is not None else basis),
+              "- every time in a row is from the target's final measurement (`tileloop report --measure`): the tuned "
+              "kernel, torch eager and torch.compile timed interleaved in one judged measurement; torch.compile is "
+              "empty where that measurement had it unavailable (it fell back to eager or did not compile)",
+              f"- targets: memory-bound ops >= {CLONE_TARGET:.2f} of the same-run clone bandwidth at the largest benchmark "
+              f"shape; every op >= {COMPILE_TARGET:.1f}x torch.compile at every benchmark shape; matmul >= "
+              f"{MATMUL_TARGET:.1f}x torch.matmul (its torch eager) at every benchmark shape",
+              "- wall_s: " + "; ".join({"run": "the `tileloop run` process, init to stop (a run the suite ran in one call)",
+                                        "records": "the sum of the run's records' wall times over its sessions (a resumed run)",
+                                        "unknown": "not recorded"}[b] for b in bases), ""]
+    shown = []
+    for r in table:
+        v = verdict(r)
+        shown.append({"op": r.op, "language": r.language, "shape": "x".join(map(str, r.shape)), "dtype": r.dtype,
+                      "best_ms": f"{r.best_ms:.6f}", "eager_ms": _cell(r.eager_ms), "compile_ms": _cell(r.compile_ms),
+                      "clone_fraction": "" if r.clone_fraction is None else f"{r.clone_fraction:.2f}",
+                      "matmul_ms": _cell(r.matmul_ms), "experiments": r.experiments,
+                      "wall_s": "" if r.wall_s is None else f"{r.wall_s:.0f}",
+                      "largest": "yes" if r.largest else "", "verdict": v,
+                      "why (the run's records)": "" if v == "met" else why(by_run[(r.op, r.language)])})
+    lines += [markdown_table(shown) if shown else "(no final measurement in any entry)", ""]
+    missing = not_finished(entries, started)
+    lines += ["## Not finished", ""] + ([f"- {m}" for m in missing] or ["- none"]) + [""]
+    return "\n".join(lines)
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+def write(path: Path, entries: list[dict], commands: list[str], started: list[str], title: str) -> tuple[list[dict], str]:
+    """The JSON list at `path` and its page at `path` with `.md`; both returned."""
+    table = rows(entries)
+    data = [r.to_json() for r in table]
+    text = page(entries, table, commands, started, title)
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    atomic_write_text(path.with_suffix(".md"), text + "\n")
+    return data, text
