@@ -153,9 +153,21 @@ def confine_child() -> None:
     parent dies, no new privileges from any exec (setuid binaries, file capabilities), and every
     capability it could attach to or signal another user's process with dropped from its bounding
     set (root keeps its uid, but no CAP_SYS_PTRACE: a process that is not dumpable is out of its reach)."""
+    confine_zygote()
+    drop_bounding_set()
+
+
+def confine_zygote() -> None:
+    """Popen(preexec_fn=...) of the judge's zygote (`loop.worker.zygote`): as `confine_child`, but
+    its capabilities kept until it has made its PID namespace (as root, CLONE_NEWPID needs
+    CAP_SYS_ADMIN); it drops them itself then (`drop_bounding_set`, `drop_capabilities`)."""
     os.setsid()
     die_with_parent()
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def drop_bounding_set() -> None:
+    """Every capability dropped from this process's bounding set (none regained by any exec)."""
     for cap in range(LAST_CAP + 1):
         _prctl(PR_CAPBSET_DROP, cap)
 
@@ -184,11 +196,14 @@ def _stat(pid: int) -> tuple[int, int, int, float, int] | None:
 class Tree:
     """A kernel process and every process it started, found in /proc: members stay in its process
     group (so the judge stops, resumes and kills them with one signal); a descendant that left the
-    group (its own session or group) or was orphaned to the judge (a subreaper) is a stray. `scan`
-    reads only the pids that appeared since the last scan, so it is cheap between requests."""
+    group (its own session or group) or was orphaned to one of its legitimate parents (the judge, a
+    subreaper; the zygote and the init of the kernel processes' PID namespace, `parents`) is a
+    stray. `scan` reads only the pids that appeared since the last scan, so it is cheap between
+    requests."""
 
-    def __init__(self, pid: int, judge: int | None = None):
+    def __init__(self, pid: int, judge: int | None = None, parents: frozenset[int] = frozenset()):
         self.pid, self.judge = pid, judge or os.getpid()
+        self.parents = {self.judge, *parents}
         self.members: set[int] = {pid}
         self.seen: set[int] = set()
         self.born = (_stat(pid) or (0, 0, 0, 0.0, 0))[4]  # an older child of the judge is none of this tree's
@@ -210,7 +225,7 @@ class Tree:
             for p, (ppid, pgid, _, _, born) in list(stats.items()):
                 if p in self.members or p in strays:
                     continue
-                orphan = ppid == self.judge and p != self.pid and p not in others and born >= self.born
+                orphan = ppid in self.parents and p != self.pid and p not in others and born >= self.born
                 if ppid in self.members or ppid in strays or orphan:
                     if pgid == self.pid and not orphan:
                         self.members.add(p)
@@ -276,13 +291,19 @@ def kill_all(pids: list[int]) -> None:
                 pass
 
 
-def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool) -> dict[str, str]:
+def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool, spawn: str = "fresh exec",
+                 no_namespace: str = "unavailable: a kernel process exec'd by the judge shares its PID namespace"
+                 ) -> dict[str, str]:
     """The isolation in force around the kernel processes `pids` (read from /proc, not assumed) of a
     judge that is (or is not) dumpable and a subreaper: {"uid": "same" | "separate", "ptrace":
     "blocked" | "open", "descendants": "reaped" | "open", "exec": "fresh", "stopped": "between
-    requests" | "no"}. A root kernel process reaches the judge unless it lost CAP_SYS_PTRACE; any
-    reaches a dumpable one of its own uid."""
+    requests" | "no", "pid_namespace": "own" | "unavailable: <why>", "spawn": `spawn`}. A root
+    kernel process reaches the judge unless it lost CAP_SYS_PTRACE; any reaches a dumpable one of
+    its own uid. "pid_namespace" is "own" when every kernel process is in a PID namespace below the
+    judge's (NSpid), where it cannot name the judge to signal it; else `no_namespace` says why not."""
     statuses = [status_of(pid) for pid in pids]
+    depth = len((status_of(os.getpid()).get("NSpid") or "").split())
+    own = bool(statuses) and depth > 0 and all(len((s.get("NSpid") or "").split()) > depth for s in statuses)
 
     def has_ptrace(s: dict) -> bool:
         return any(int(s.get(k, "f") or "0", 16) >> CAP_SYS_PTRACE & 1 for k in ("CapBnd", "CapEff", "CapPrm"))
@@ -293,7 +314,95 @@ def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool) -> dict[s
             "ptrace": "blocked" if linux and not_dumpable and not any(map(has_ptrace, statuses)) else "open",
             "descendants": "reaped" if linux and subreaper else "open",
             "exec": "fresh",
-            "stopped": "between requests" if linux else "no"}
+            "stopped": "between requests" if linux else "no",
+            "pid_namespace": "own" if linux and own else no_namespace,
+            "spawn": spawn}
+
+
+# -- a PID namespace for the kernel processes, and what a forked one drops (Linux) --------------------
+
+CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+NAMESPACE_ENV = "TILELOOP_PID_NAMESPACE"  # "0": kernel processes share the judge's PID namespace
+_CAPABILITY_V3 = 0x20080522
+
+
+def _unshare(flags: int) -> str | None:
+    """unshare(2) (os.unshare where Python has it); None, or why it failed."""
+    try:
+        if hasattr(os, "unshare"):
+            os.unshare(flags)
+            return None
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(flags) == 0:
+            return None
+        return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        return str(exc)
+
+
+def new_pid_namespace(user: bool | None = None) -> str:
+    """Put this process's next children in a new PID namespace (the first one forked is its init,
+    pid 1; this process may start no thread after it): "own", or "unavailable: <why>". As root
+    (holding CAP_SYS_ADMIN) CLONE_NEWPID alone suffices; otherwise (or when `user` asks for it) with
+    a new user namespace that maps this process's own uid and gid, so that its processes keep the
+    judge's uid and gain nothing outside; that is tried in a forked child first, so a failure leaves
+    this process as it was. Off when TILELOOP_PID_NAMESPACE=0."""
+    if not sys.platform.startswith("linux"):
+        return f"unavailable: {sys.platform} has no PID namespaces"
+    if os.environ.get(NAMESPACE_ENV, "1") == "0":
+        return f"unavailable: turned off ({NAMESPACE_ENV}=0)"
+    why = None
+    if not user and os.geteuid() == 0:
+        why = _unshare(CLONE_NEWPID)
+        if why is None:
+            return "own"
+    read, write = os.pipe()
+    probe = os.fork()
+    if probe == 0:  # a trial in a child: unshare cannot be undone
+        os.close(read)
+        os.write(write, (_user_and_pid_namespace() or "own").encode()[:500])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        trial = pipe.read().decode(errors="replace")
+    os.waitpid(probe, 0)
+    if trial == "own":
+        trial = _user_and_pid_namespace() or "own"
+    if trial == "own":
+        return "own"
+    return f"unavailable: {f'unshare(CLONE_NEWPID): {why}; ' if why else ''}{trial}"
+
+
+def _user_and_pid_namespace() -> str | None:
+    uid, gid = os.geteuid(), os.getegid()
+    why = _unshare(CLONE_NEWUSER | CLONE_NEWPID)
+    if why is not None:
+        return f"unshare(CLONE_NEWUSER|CLONE_NEWPID): {why}"
+    try:
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1\n")
+        Path("/proc/self/setgroups").write_text("deny\n")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1\n")
+    except OSError as exc:
+        return f"the user namespace's uid/gid map: {exc}"
+    return None
+
+
+def drop_capabilities() -> bool:
+    """Every capability of this process dropped (effective, permitted, inheritable): what a kernel
+    process forked rather than exec'd must do itself, since no exec clears them for it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    try:
+        return ctypes.CDLL(None, use_errno=True).capset(header, data) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def ns_pids(pid: int) -> list[int]:
+    """`pid`'s pid in each PID namespace it is in, outermost first (NSpid); [] when unknown."""
+    return [int(x) for x in (status_of(pid).get("NSpid") or "").split() if x.isdigit()]
 
 
 PROBE = """

@@ -7,7 +7,7 @@ Between its requests a kernel process's whole tree (its process group) is stoppe
 resumes it and stops every other kernel process first, so that no implementation runs while
 another is asked (timed, audited, checked), and none works between the judge's writes and its next
 request. After each answer the judge looks for strays (descendants that left the group, or were
-orphaned to the judge), kills them and refuses the implementation (`uncorroborated`); so does CPU
+orphaned to the judge or to the zygote that forked the kernel process), kills them and refuses the implementation (`uncorroborated`); so does CPU
 time the tree used while it was stopped (which a stopped tree cannot use) beyond IDLE_CPU_S."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loop.common.channel import Channel, ChannelClosed
 from loop.common.processes import Tree, kill_all, kill_process_group, record_pid
-from loop.judge.fork import start_kernel
+from loop.judge.fork import parents, start_kernel
 
 IDLE_CPU_S = 0.05  # CPU seconds a stopped tree may show (a signal is not instant; clock ticks are 10 ms)
 _LIVE: list["KernelProcess"] = []  # this judge's kernel processes, to stop all but the one asked
@@ -58,13 +58,21 @@ class KernelProcess:
         self.channel, self.read_fd = Channel(to_judge_r, to_kernel_w), to_judge_r
         self.unstuck = 0  # times it was found stopped while asked (by a sibling or its stray) and resumed
         self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
-        record_pid(self.pid_file, self.proc.pid)
-        self.tree = Tree(self.proc.pid)
+        self._tree: Tree | None = None
         self.running = True  # until its first request (it imports torch: no kernel code yet)
         self.stopped_cpu: float | None = None
         self.idle_cpu_s = 0.0  # CPU seconds its tree used while stopped
         self.sent_at = self.answered_at = 0.0  # the judge's clock (perf_counter) around the last request
         _LIVE.append(self)
+
+    @property
+    def tree(self) -> Tree:
+        """Its tree in /proc, once its pid is known (a process the zygote forks has one once the
+        zygote is ready: `loop.judge.fork`); its pid file written then."""
+        if self._tree is None:
+            record_pid(self.pid_file, self.proc.pid)
+            self._tree = Tree(self.proc.pid, parents=parents())
+        return self._tree
 
     def rename(self, name: str) -> None:
         """Name the log and pid files after the implementation this process was given (a process
@@ -72,7 +80,7 @@ class KernelProcess:
         workdir = self.log_path.parent
         log_path, pid_file = workdir / f"{name}.kernel.log", workdir / f"{name}.kernel.pid"
         self.log_path = self.log_path.rename(log_path)  # the process writes on: its file keeps its inode
-        self.pid_file = self.pid_file.rename(pid_file)
+        self.pid_file = self.pid_file.rename(pid_file) if self.pid_file.exists() else pid_file
 
     def request(self, message: dict, label: str) -> dict:
         """Send one request and return its answer; `label` is the implementation it concerns (charged

@@ -44,7 +44,7 @@ def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, pha
     pool = pool or Pool(workdir, name, 0, None)
     kernels = {label: pool.take(label, job["device"]) for label in impls}
     pool.close()
-    isolation = fork.isolation([k.proc.pid for k in kernels.values()])
+    isolation: dict = {}  # read once the kernel processes' pids are known (a zygote's: once it is ready)
     everyone = dict(kernels)  # to end, whatever leaves `kernels` on the way
     bridge, report = None, None
     try:
@@ -52,6 +52,7 @@ def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, pha
         phases.mark("judge_cuda")
         spec = load_spec(torch, job, spec_source)
         phases.mark("judge_ready")
+        isolation = fork.isolation([k.proc.pid for k in kernels.values()])
         loaded = ask_all(kernels, {label: {"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
                                            "device": job["device"], "backend": job["backend"], **what}
                                    for label, what in impls.items()})

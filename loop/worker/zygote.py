@@ -1,0 +1,180 @@
+"""The zygote of a judge's kernel processes: `python -m loop.worker --zygote FD`, exec'd fresh by
+the judge (`loop.judge.fork`; never a fork of it, so it never holds the judge's memory) and
+confined as a kernel process is (its capabilities dropped once it has made its PID namespace).
+It imports what a kernel process needs (torch, Triton, the serve
+loop of `loop.worker.serve`) once, without initialising CUDA (a fork after CUDA is initialised is
+broken), and then forks one kernel process per request of the judge, which runs the same serve
+loop as `python -m loop.worker --serve` (warm-up included), without importing torch again.
+
+Unless TILELOOP_PID_NAMESPACE=0 (or the system forbids it), the zygote first puts its children in a
+PID namespace of their own (`loop.common.processes.new_pid_namespace`) and forks its init (pid 1
+there), which does the imports and forks the kernel processes: they cannot name the judge, the
+orchestrator or any process outside, so they cannot signal them. Without a namespace the zygote
+does this itself, as a subreaper (a kernel process's orphans come back to it, where the judge
+finds them).
+
+Over FD (a unix SOCK_SEQPACKET socket) the judge sends one request per kernel process, JSON
+{"op": "fork", "workdir", "warm"} with four fds (SCM_RIGHTS): the kernel process's two pipes, its log
+and a status socket. On the control socket the zygote answers {"init": pid} (its init's pid in the
+judge's namespace) and, once ready, {"ready": true, "pid_namespace", "subreaper"}. On the status
+socket the kernel process first sends its credentials (SCM_CREDENTIALS: the kernel gives the judge
+its pid as the judge names it), and its parent later its exit code. Every process here dies with
+its parent (SIGKILL); the judge closing the control socket ends them all."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+from loop.common.processes import (become_subreaper, die_with_parent, drop_bounding_set, drop_capabilities,
+                                   new_pid_namespace, set_dumpable)
+
+
+def main(control_fd: int) -> int:
+    control = socket.socket(fileno=control_fd)
+    set_dumpable(False)  # the kernel processes' siblings hold the judge's sockets: out of their reach
+    namespace = new_pid_namespace()
+    drop_bounding_set()  # confined as a kernel process is, once the namespace is made
+    drop_capabilities()
+    if namespace != "own":
+        return init(control, namespace, become_subreaper())
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        die_with_parent()
+        if os.getppid() not in (parent, 0):  # 0: its parent is outside its namespace
+            os._exit(137)
+        try:
+            code = init(control, namespace, False)
+        except BaseException:  # noqa: BLE001 - said in the log, then the namespace ends with its init
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    control.send(json.dumps({"init": pid}).encode())
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        except InterruptedError:
+            continue
+
+
+def init(control: socket.socket, namespace: str, subreaper: bool) -> int:
+    """Import what a kernel process needs, say so, then fork one per request until the judge closes
+    `control`; each kernel process's exit code goes to its status socket when it is reaped."""
+    import torch
+
+    import loop.worker.serve  # noqa: F401 - the serve loop and everything it imports, once
+    try:
+        import triton  # noqa: F401 - imported by every Triton target (cuTile runs may lack it)
+    except ImportError:
+        pass
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised in the zygote: its forks could not use it")
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    kernels: dict[int, socket.socket] = {}  # pid (in this namespace) -> its status socket
+    control.send(json.dumps({"ready": True, "pid_namespace": namespace, "subreaper": subreaper}).encode())
+    while True:
+        ready = select.select([control, wake_r], [], [])[0]
+        if wake_r in ready:
+            while _drain(wake_r):
+                pass
+            reap(kernels)
+        if control in ready:
+            message, fds, _, _ = socket.recv_fds(control, 65536, 8)
+            if not message:
+                for pid in kernels:
+                    _kill_group(pid)
+                return 0
+            pid = fork_kernel(json.loads(message), fds, [control.fileno(), wake_r, wake_w,
+                                                          *(s.fileno() for s in kernels.values())])
+            kernels[pid] = socket.socket(fileno=fds[3])
+            for fd in fds[:3]:
+                os.close(fd)
+            reap(kernels)
+
+
+def _drain(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 512))
+    except BlockingIOError:
+        return False
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def reap(kernels: dict[int, socket.socket]) -> None:
+    """Each kernel process that ended: its exit code to its status socket (only kernel processes
+    are reaped here: an orphan stays a zombie, where the judge finds it as a stray)."""
+    for pid in list(kernels):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 0
+        if done:
+            sock = kernels.pop(pid)
+            try:
+                sock.send(str(os.waitstatus_to_exitcode(status)).encode())
+            except OSError:
+                pass
+            sock.close()
+
+
+def fork_kernel(request: dict, fds: list[int], close: list[int]) -> int:
+    """Fork one kernel process on the request's fds (read, write, log, status); its pid here."""
+    if len(fds) != 4:
+        raise RuntimeError(f"a fork request came with {len(fds)} fds, not 4")
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        code = kernel(request, fds, close, parent)
+    except BaseException:  # noqa: BLE001 - in the kernel process's log; its exit code says it failed
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def kernel(request: dict, fds: list[int], close: list[int], parent: int) -> int:
+    """In the forked child: confined as a kernel process is, its pid given to the judge, then the
+    serve loop."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in close:
+        os.close(fd)
+    os.setsid()
+    die_with_parent()
+    if os.getppid() != parent:
+        return 137
+    status = socket.socket(fileno=fds[3])
+    status.sendmsg([b"pid"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS,
+                               struct.pack("iII", os.getpid(), os.getuid(), os.getgid()))])
+    status.close()
+    os.dup2(fds[2], 1)
+    os.dup2(fds[2], 2)
+    os.close(fds[2])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(request["workdir"])
+    drop_capabilities()  # a fork keeps them (no exec clears them): none, as a kernel process exec'd has
+    set_dumpable(True)  # as an exec'd kernel process is (CUDA and its tools read /proc/self)
+    from loop.worker.serve import serve
+
+    return serve(f"{fds[0]},{fds[1]}", request.get("warm"))
