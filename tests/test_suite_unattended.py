@@ -116,7 +116,7 @@ def test_the_page_judges_each_row_and_lists_what_did_not_finish(suite_dir, tmp_p
     # matmul 8192: 1.4/1.5 of torch.matmul and 1.45/1.5 of torch.compile: both missed, with what the run recorded
     mm = rows[("matmul", "cutile", "8192x8192x8192", "bfloat16")]
     assert "not met: torch.matmul 0.933x (needs >= 1.0x); torch.compile 0.967x (needs >= 1.0x)" in mm
-    assert "best version at 0.02 of the same-run clone bandwidth" in mm
+    assert "no profile recorded; stopped: no improvement in 2 consecutive iterations" in mm  # no clone fraction for matmul
     assert "| met " in rows[("matmul", "cutile", "4096x4096x4096", "bfloat16")]
     assert "| met " in rows[("attention", "triton", "4x32x4096x64x1", "bfloat16")]  # no clone target for it
     # the median over every experiment's wall time: 5, 6, 7, 8, 10, 12, 20, 30, 40, 50
@@ -140,7 +140,19 @@ def test_a_threshold_missed_says_no_profile_where_the_run_recorded_none(suite_di
     path = tmp_path / "u.json"
     assert main(["suite", "summarize", str(suite_dir), "--unattended-json", str(path)]) == 0
     line = next(x for x in path.with_suffix(".md").read_text().splitlines() if "| 268435456" in x)
-    assert "not met: clone 0.94 (needs >= 0.95)" in line and "no profile recorded" in line
+    assert "not met: clone 0.94 (needs >= 0.95)" in line and line.rstrip(" |").endswith("no profile recorded")
+    va["roofline"] = "0.94 of the same-run clone bandwidth (2900 GB/s) at [268435456] float16"
+    (suite_dir / "suite-vector-add-triton.json").write_text(json.dumps(va))
+    mm = json.loads((suite_dir / "suite-matmul-cutile.json").read_text())
+    mm["largest_best"] = {"tflops": 733.2}
+    (suite_dir / "suite-matmul-cutile.json").write_text(json.dumps(mm))
+    assert main(["suite", "summarize", str(suite_dir), "--unattended-json", str(path)]) == 0
+    lines = path.with_suffix(".md").read_text().splitlines()
+    line = next(x for x in lines if "| 268435456" in x)
+    assert "the run's lever analysis: best version at 0.94 of the same-run clone bandwidth (2900 GB/s)" in line
+    assert "no profile recorded" not in line
+    line = next(x for x in lines if "| 8192x8192x8192" in x)
+    assert "the run's own measurement of the best version: 733 TFLOP/s at the largest shape" in line
     assert "commands: not given" in path.with_suffix(".md").read_text()
 
 

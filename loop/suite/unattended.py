@@ -146,17 +146,23 @@ def verdict(row: Row) -> str:
 
 
 def why(entry: dict) -> str:
-    """What the run recorded about where its best version stands and why it stopped (its lever
-    analysis: distance to the roofline), quoted for a row that misses a target."""
-    notes = []
-    if entry.get("roofline"):
-        notes.append(f"best version at {entry['roofline']}")
+    """What the run recorded of where its best version stands (the distance to its roofline that
+    its lever analysis ordered candidates by; for a compute-bound op, its FLOP rate at the largest
+    shape) and why it stopped, quoted for a row that misses a target; "no profile recorded" first
+    where the run measured no such distance."""
+    rate = (entry.get("largest_best") or {}).get("tflops")
+    if compute_bound(entry) and rate:
+        notes = [f"the run's own measurement of the best version: {rate:.0f} TFLOP/s at the largest shape"]
+    elif entry.get("roofline") and not compute_bound(entry):
+        notes = [f"the run's lever analysis: best version at {entry['roofline']}"]
+    else:
+        notes = ["no profile recorded"]
     reason = (entry.get("stop") or {}).get("reason")
     if reason:
         notes.append(f"stopped: {reason}")
     if entry.get("cut_off"):
         notes.append("cut off by --per-run")
-    return "; ".join(notes) if notes else "no profile recorded"
+    return "; ".join(notes)
 
 
 def experiment_seconds(entries: list[dict]) -> tuple[float | None, int, str]:
