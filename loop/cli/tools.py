@@ -64,7 +64,15 @@ def add_decision_check(sub) -> None:
                     help="plant real extra work worth this fraction of the kernel's time (e.g. 0.03) and add the "
                          "slowdown and speedup scenarios")
     sp.add_argument("--scenarios", type=decision_check.parse_scenarios,
-                    help="comma-separated subset of aa,slowdown,speedup (default: aa; all three with --plant)")
+                    help="comma-separated subset of aa,slowdown,speedup,honest (default: aa; aa,slowdown,speedup with "
+                         "--plant); honest: the playbook's own candidates for the target in turn, each judged against it")
+    sp.add_argument("--method", choices=decision_check.METHODS, default="auto",
+                    help="timing method of every measurement on the GPU: graph (CUDA graphs) or eager (events and an L2 "
+                         "flush); default auto, the judge's choice; a graph that cannot be captured is timed eagerly and "
+                         "counted as such")
+    sp.add_argument("--l2-multiples", type=decision_check.parse_multiples, metavar="M,M,...",
+                    help="time shapes whose inputs and outputs take these multiples of the device's L2, e.g. "
+                         "0.25,1,4,10 (1-D and 2-D specs: n, or rows at the spec's column count; instead of --shapes)")
     sp.add_argument("--shapes", type=decision_check.parse_shape, nargs="+", metavar="SHAPE",
                     help="e.g. 1048576 or 4096x4096x4096 (default: the shapes an iteration times)")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings")
@@ -123,7 +131,7 @@ def cmd_decision_check(args, settings) -> int:
         result = decision_check.run(args.target, trials=args.trials, plant=args.plant, scenarios=args.scenarios,
                                     shapes=args.shapes, device=args.device, target_backend=args.target_backend,
                                     dtype=args.dtype, seed=args.seed, settings=settings, workdir=Path(tmp),
-                                    timeout_s=args.timeout)
+                                    timeout_s=args.timeout, method=args.method, l2_multiples=args.l2_multiples)
     text = decision_check.render(result)
     if args.out:
         atomic_write_text(args.out, text + "\n")

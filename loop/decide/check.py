@@ -1,5 +1,5 @@
 """Decision-check's verdicts, pure: each trial of a scenario (A/A, a planted slowdown, a planted
-speedup) is one judged measurement, decided exactly as an iteration decides its target backend's
+speedup, a candidate of the playbook's own recipes) is one judged measurement, decided exactly as an iteration decides its target backend's
 (`judged_decision`: the judge's typed status first, then `loop.decide.comparisons` + `decide`), per
 shape and, with more than one shape, over all shapes at once; then the rate of each scenario's
 headline outcome with its Wilson interval. Also the plant's size search (`next_size`). The
@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 from loop.common.jobs import shape_text as _key
 from loop.decide.rules import VOID, Decision, Policy, comparisons, decide, judged_decision
 
-SCENARIOS = ("aa", "slowdown", "speedup")
+SCENARIOS = ("aa", "slowdown", "speedup", "honest")
+PLANTED = ("slowdown", "speedup")  # the scenarios that need a plant
 
 
 def trial_rows(event: dict, policy: Policy) -> list[dict]:
@@ -78,6 +79,9 @@ def metric(scenario: str, policy: Policy) -> tuple[str, str, Callable[[dict], bo
     if scenario == "speedup":
         return ("detected", "kept: the interval's lower end clears 1 (improved, low_gain or marginal)",
                 lambda r: r["action"] == "keep")
+    if scenario == "honest":
+        return ("refused", "refused uncorroborated although the candidate is one of the playbook's own recipes",
+                lambda r: r["verdict"] == "uncorroborated")
     raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
 
 
@@ -93,10 +97,11 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def true_ratio(scenario: str, planted: float | None) -> float | None:
-    """Candidate time over incumbent time that the scenario plants (1 for A/A by construction)."""
+    """Candidate time over incumbent time that the scenario plants (1 for A/A by construction; none
+    for honest candidates)."""
     if scenario == "aa":
         return 1.0
-    if planted is None:
+    if planted is None or scenario not in PLANTED:
         return None
     return planted if scenario == "slowdown" else 1.0 / planted
 
