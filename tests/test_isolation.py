@@ -1,7 +1,8 @@
 """The boundary around kernel processes (`loop/judge/fork.py`, `loop/judge/kernel_process.py`,
-`loop/common/processes.py`): a new interpreter confined before exec, a judge that is not dumpable and
-a subreaper, trees stopped between their requests, strays killed and refused; and the adversaries of
-each class refused under the interpreter (the same on a GPU: tests/test_adversaries.py, `-m gpu`)."""
+`loop/common/processes.py`): a kernel process never a fork of the judge and confined (its zygote and
+PID namespace: tests/test_zygote.py), a judge that is not dumpable and a subreaper, trees stopped
+between their requests, strays killed and refused; and the adversaries of each class refused under
+the interpreter (the same on a GPU: tests/test_adversaries.py, `-m gpu`)."""
 
 from __future__ import annotations
 
@@ -137,7 +138,18 @@ def test_only_the_kernel_process_asked_runs(kernels):
     a.answer({"op": "arena"}, "a")
     got = fork.isolation([a.proc.pid, b.proc.pid])
     assert got == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
-                   "stopped": "between requests"} and fork.full(got)
+                   "stopped": "between requests", "spawn": "zygote", "pid_namespace": _namespace()}, got
+    assert fork.full(got) == (got["pid_namespace"] == "own")
+
+
+def _namespace() -> str:
+    """The PID namespace a judge's kernel processes get here: their own unless turned off (or, on a
+    system that forbids it, what `loop.common.namespaces` says instead)."""
+    if os.environ.get("TILELOOP_PID_NAMESPACE") == "0":
+        return "unavailable: turned off (TILELOOP_PID_NAMESPACE=0)"
+    from loop.common.processes import probe_isolation
+
+    return (probe_isolation() or {}).get("pid_namespace", "unavailable: the probe failed")
 
 
 @pytest.mark.slow
@@ -252,7 +264,8 @@ def test_a_refusal_of_the_incumbent_is_charged_to_the_incumbent(tmp_path, env):
                                           ("leave_a_daemon", "uncorroborated"), ("write_judge_memory", "incorrect"),
                                           ("recompute_when_poisoned", "uncorroborated"), ("stop_the_sibling", "ok")])
 def test_on_a_gpu_the_boundary_holds_and_the_arena_opens(tmp_path, env, name, status):
-    """A kernel process without capabilities opens the CUDA IPC arena of a judge that is not dumpable
+    """A kernel process without capabilities, forked by the judge's zygote in a PID namespace of its
+    own (unless TILELOOP_PID_NAMESPACE=0), opens the CUDA IPC arena of a judge that is not dumpable
     (the honest candidate is measured), and each adversary gets its verdict, charged to it."""
     import torch
 
@@ -267,4 +280,5 @@ def test_on_a_gpu_the_boundary_holds_and_the_arena_opens(tmp_path, env, name, st
     assert raw["status"] == status, raw
     assert status == "ok" or raw["failed_impl"] == "candidate", raw
     assert raw["isolation"] == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
-                                "stopped": "between requests"}, raw["isolation"]
+                                "stopped": "between requests", "spawn": "zygote",
+                                "pid_namespace": _namespace()}, raw["isolation"]

@@ -53,6 +53,46 @@ def test_a_child_dies_with_its_parent_even_under_sigkill(tmp_path):
     assert gone(child)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers, /proc: Linux")
+def test_an_orphan_of_a_zygote_is_a_stray_only_where_the_zygote_is_a_named_parent():
+    """A kernel process started by a subreaper between it and the judge (as the judge's zygote is)
+    double-forks a daemon: orphaned to that subreaper, the daemon is a stray of the tree that names
+    the subreaper among its parents, and invisible to one that knows only the judge."""
+    zygote = textwrap.dedent("""
+        import subprocess, sys, time
+        from loop.common.processes import become_subreaper, confine_child
+        assert become_subreaper()
+        daemon = ("import os, time\\n"
+                  "if os.fork() == 0:\\n"
+                  "    os.setsid()\\n"
+                  "    if os.fork() == 0:\\n"
+                  "        print('d', os.getpid(), flush=True); time.sleep(60)\\n"
+                  "    os._exit(0)\\n"
+                  "os.wait(); time.sleep(60)\\n")
+        kernel = subprocess.Popen([sys.executable, "-c", daemon], preexec_fn=confine_child)
+        print("k", kernel.pid, flush=True)
+        time.sleep(60)
+    """)
+    from loop.common.processes import Tree, kill_all
+
+    proc = subprocess.Popen([sys.executable, "-c", zygote], stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    lines: dict[str, str] = {}
+    try:
+        lines.update([proc.stdout.readline().split()])
+        kernel = int(lines["k"])
+        named, judge_only = Tree(kernel, parents=frozenset({proc.pid})), Tree(kernel)
+        named.scan(), judge_only.scan()
+        lines.update([proc.stdout.readline().split()])
+        daemon = int(lines["d"])
+        time.sleep(0.3)  # its middle process exits: the daemon is orphaned to the zygote
+        assert named.scan() == [daemon] and judge_only.scan() == [], (daemon, named.members, judge_only.members)
+    finally:
+        kill_all([int(lines["d"])] if "d" in lines else [])
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_a_worker_watches_the_tileloop_that_started_it(tmp_path):
     """Without the parent-death signal (a launcher in between, another system), the worker itself
     ends when the process named by TILELOOP_PARENT_PID is gone."""
