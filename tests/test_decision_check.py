@@ -6,6 +6,7 @@ the Triton interpreter (A/A not kept, a planted doubling detected both ways)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -439,6 +440,129 @@ def test_a_crash_ends_the_check_incomplete_with_the_trials_so_far(tmp_path, stan
         check(tmp_path, plant=0.05)  # the calibration's first measurement
 
 
+# ----------------------------------------------------------------------------- timing method, L2 shapes, honest candidates
+
+
+def test_a_forced_method_goes_into_every_job_and_auto_leaves_the_judge_its_choice(tmp_path):
+    kernel = load_kernel(KERNELS / "vector_add" / "vector_add_triton.py", KERNELS.parent)
+    impls = {"incumbent": tmp_path / "a.py", "candidate": tmp_path / "b.py"}
+    judged = lambda m: Judged(kernel, "ptx", "cuda", settings_mod.load(), tmp_path, None, None, method=m)  # noqa: E731
+    assert "method" not in judged("auto").job(impls, 5)
+    assert judged("graph").job(impls, 5)["method"] == "graph" and judged("eager").job(impls, 5)["method"] == "eager"
+    with pytest.raises(UserError, match="--method"):
+        decision_check.run(str(kernel.target_abs), trials=1, plant=None, scenarios=None, shapes=None, device="cpu",
+                           target_backend=None, dtype=None, seed=0, settings=settings_mod.load(), workdir=tmp_path,
+                           method="graphs")
+
+
+def test_parse_multiples():
+    assert decision_check.parse_multiples("0.25,1,4,10") == (0.25, 1.0, 4.0, 10.0)
+    assert decision_check.parse_multiples("1,1,2") == (1.0, 2.0)
+    for bad in ("", "a", "0", "-1,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            decision_check.parse_multiples(bad)
+
+
+def test_l2_shapes_give_inputs_and_outputs_of_the_multiples_asked():
+    l2 = 50 * 2**20
+    # 1-D: three fp16 tensors (x, y, out): 6 bytes an element
+    shapes = decision_check.l2_shapes((0.25, 1, 10), l2, 1, None, [(4096, 6 * 4096), (8192, 6 * 8192)])
+    assert [6 * n for (n,) in shapes] == pytest.approx([0.25 * l2, l2, 10 * l2], abs=6)
+    # 2-D: the column count kept, rows sized; a weight over the columns is the fixed part
+    cols, per_row, weight = 4096, 2 * 4096 * 2, 4096 * 2
+    rows = decision_check.l2_shapes((1, 4), l2, 2, cols, [(8, weight + 8 * per_row), (16, weight + 16 * per_row)])
+    assert all(c == cols for _, c in rows)
+    assert [weight + r * per_row for r, _ in rows] == pytest.approx([l2, 4 * l2], abs=per_row)
+    with pytest.raises(UserError, match="1-D.*2-D"):
+        decision_check.l2_shapes((1,), l2, 3, 64, [(8, 8), (16, 16)])
+
+
+@pytest.mark.slow  # a process of its own imports torch and the spec: about 5 s each
+@pytest.mark.parametrize("op, rank", [("vector_add", 1), ("softmax", 2)])
+def test_l2_sizing_runs_the_specs_make_inputs_for_its_bytes(op, rank):
+    kernel = load_kernel(KERNELS / op / f"{op}_triton.py", KERNELS.parent)
+    got = decision_check.size_for_l2(kernel, (0.25, 1.0), "float16", "cpu", {})
+    assert got["l2_bytes"] == decision_check.CPU_L2_BYTES and "stand-in" in got["note"]
+    tensors = 3 if op == "vector_add" else 2  # x, y, out / x, out: fp16
+    for m, shape in zip((0.25, 1.0), got["shapes"]):
+        assert len(shape) == rank
+        assert tensors * 2 * math.prod(shape) == pytest.approx(m * got["l2_bytes"], rel=0.01)
+    if rank == 2:
+        assert {s[1] for s in got["shapes"]} == {2048 * 8}  # the spec's last benchmark shape's columns
+    if rank == 1:
+        gpu = decision_check.size_for_l2(kernel, (1.0,), "float16", "cuda", {"l2_mb": 50.0})
+        assert gpu["l2_bytes"] == 50 * 2**20 and "device" in gpu["note"] and 6 * gpu["shapes"][0][0] == pytest.approx(50 * 2**20, abs=6)
+
+
+def outcome_of(status="ok", methods=("cuda_graph",), failed_impl=None, factor=1.0, message="") -> dict:
+    if status != "ok":
+        return {"status": status, "failed_impl": failed_impl, "message": message, "timing": None, "methods": list(methods),
+                "shapes": [[1024]], "unexercised": [], "unmeasurable": ""}
+    rng = random.Random(3)
+    entry = timing_entry((1024,), *samples(rng, factor))
+    return {**ok(entry), "methods": list(methods)}
+
+
+def test_tally_counts_decisions_refusals_and_failures_per_scenario_and_method():
+    events = [
+        {"trial": 0, "scenario": "aa", "first": outcome_of()},
+        {"trial": 1, "scenario": "aa", "first": outcome_of("uncorroborated", ("cuda_events_l2_flush",), "incumbent",
+                                                           message="timing refused at [1024]: incumbent: did less work")},
+        {"trial": 0, "scenario": "honest", "candidate": "k1", "first": outcome_of(factor=0.8)},
+        {"trial": 1, "scenario": "honest", "candidate": "k2", "first": outcome_of(factor=1.3)},
+        {"trial": 2, "scenario": "honest", "candidate": "k3", "first": outcome_of("uncorroborated", failed_impl="candidate")},
+        {"trial": 3, "scenario": "honest", "candidate": "k4", "first": outcome_of("compile_error", (), "candidate")},
+        {"trial": 4, "scenario": "honest", "candidate": "k5", "first": outcome_of("incorrect", failed_impl="candidate")},
+        {"trial": 0, "scenario": "slowdown", "first": outcome_of("uncorroborated", failed_impl="candidate")},
+    ]
+    counts = decision_check.tally(events, "graph", POLICY)
+    honest = counts["by_scenario"]["honest"]["graph"]
+    assert (honest["trials"], honest["kept"], honest["reverted"], honest["uncorroborated"]) == (4, 1, 1, 1)
+    assert honest["refused"] == {"candidate": 1} and honest["failures"] == {"incorrect": 1}
+    assert counts["by_scenario"]["honest"]["untimed"]["failures"] == {"compile_error": 1}
+    aa = counts["by_scenario"]["aa"]
+    assert aa["graph"]["trials"] == 1 and aa["graph"]["uncorroborated"] == 0
+    assert aa["eager"]["refused"] == {"incumbent": 1} and aa["eager"]["method_not_forced"] == 1
+    # the number the check is for: honest candidates and A/A pairs refused, the planted scenarios not counted
+    assert counts["honest_refusals"] == {"judged": 7, "uncorroborated": 2}
+    assert [(r["scenario"], r["candidate"], r["failed_impl"]) for r in counts["refusals"]] == [
+        ("aa", None, "incumbent"), ("honest", "k3", "candidate"), ("slowdown", None, "candidate")]
+    assert "did less work" in counts["refusals"][0]["message"]
+
+
+def test_honest_candidates_are_the_playbooks_own_each_source_once():
+    kernel = load_kernel(KERNELS / "softmax" / "softmax_triton.py", KERNELS.parent)
+    plain = kernel.target_abs.read_text()
+    cands = decision_check.honest_candidates(kernel, plain, "ptx", {"capability": [9, 0]})
+    keys = [k for k, _ in cands]
+    sources = [s for _, s in cands]
+    assert len(set(sources)) == len(sources) and plain not in sources
+    assert any(k.startswith("triton-persistent") for k in keys) and any(k.startswith("fast-math") for k in keys)
+    assert "launch-param:BLOCK=2048" in keys  # a value of a sweep, not only its first
+
+
+def test_the_honest_scenario_judges_the_playbooks_candidates_in_turn_and_counts_a_crash(tmp_path, stand_in):
+    result = check(tmp_path, plant=None, scenarios=("aa", "honest"), trials=4, method="eager")
+    assert result["complete"] and result["method"] == "eager"
+    assert all(j.get("method") == "eager" for j in stand_in.jobs)
+    honest_jobs = [j for j in stand_in.jobs if Path(j["impls"][1]["path"]).read_text() != Path(j["impls"][0]["path"]).read_text()]
+    assert len(honest_jobs) == 4
+    keys = result["honest_candidates"]
+    target = (tmp_path / "vector_add" / "vector_add_triton.py").read_text()
+    sources = dict(decision_check.honest_candidates(load_kernel(tmp_path / "vector_add" / "vector_add_triton.py", tmp_path),
+                                                    target, "interpreter", {}))
+    assert [Path(j["impls"][1]["path"]).read_text() for j in honest_jobs] == [sources[k] for k in keys[:4]]
+    assert [r["candidate"] for r in result["per_trial"] if r["scenario"] == "honest"] == [keys[t] for t in range(4) for _ in range(3)]
+    counts = result["counts"]
+    assert counts["honest_refusals"] == {"judged": 8, "uncorroborated": 0}
+    assert problems({"schema": "tileloop.cli/1", "command": "decision-check", **result}) == []
+    # an honest candidate that crashes is counted as its failure; the check goes on
+    stand_in.jobs[:], stand_in.crash_at = [], 2
+    again = check(tmp_path, plant=None, scenarios=("honest",), trials=3)
+    assert again["complete"] and again["trials_done"] == 3
+    assert sum(sum(c["failures"].values()) for c in again["counts"]["by_scenario"]["honest"].values()) == 1
+
+
 # ----------------------------------------------------------------------------- end to end (interpreter, the real judge)
 
 
@@ -514,3 +638,23 @@ def test_every_json_field_is_documented(cpu_check):
     for part in ("summary", "calibration", "per_trial"):
         missing = set(payload[part][0]) - set(declared[part]["items"]["properties"])
         assert not missing, (part, missing)
+
+
+@pytest.mark.slow
+def test_cpu_honest_campaign_at_l2_multiples_is_judged_and_counted(tmp_path):
+    """The honest scenario end to end through the real judge: the playbook's candidates and A/A pairs at
+    a shape sized to the interpreter's stand-in L2, each refusal counted (none expected)."""
+    shutil.copytree(KERNELS / "vector_add", tmp_path / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["decision-check", str(tmp_path / "vector_add" / "vector_add_triton.py"), "--device", "cpu",
+                   "--trials", "2", "--scenarios", "aa,honest", "--l2-multiples", "0.25", "--method", "eager", "--json"])
+    payload = json.loads(out.getvalue())
+    assert rc == 0 and payload["complete"] and payload["method"] == "eager"
+    assert payload["l2_sizing"]["shapes"] == [[10923]] and payload["shapes"] == [[10923]]
+    counts = payload["counts"]
+    assert set(counts["by_scenario"]) == {"aa", "honest"}
+    assert counts["honest_refusals"]["judged"] == 4
+    assert counts["honest_refusals"]["uncorroborated"] == len([r for r in counts["refusals"] if r["scenario"] in ("aa", "honest")])
+    assert [r["candidate"] for r in payload["per_trial"] if r["scenario"] == "honest"] == payload["honest_candidates"][:2]
+    assert problems(payload) == []
