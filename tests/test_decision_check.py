@@ -29,7 +29,7 @@ from loop.decide.check import judged_decision, next_size, summarize, trial_rows,
 from loop.measure import evaluate
 from loop.target.change import describe
 from loop.target.contract import load_kernel
-from loop.tools import decision_check
+from loop.tools import campaign, decision_check
 from loop.tools.decision_check import Judged, parse_shape
 from loop.tools.plant import planted_source
 
@@ -466,23 +466,23 @@ def test_parse_multiples():
 def test_l2_shapes_give_inputs_and_outputs_of_the_multiples_asked():
     l2 = 50 * 2**20
     # 1-D: three fp16 tensors (x, y, out): 6 bytes an element
-    shapes = decision_check.l2_shapes((0.25, 1, 10), l2, 1, None, [(4096, 6 * 4096), (8192, 6 * 8192)])
+    shapes = campaign.l2_shapes((0.25, 1, 10), l2, 1, None, [(4096, 6 * 4096), (8192, 6 * 8192)])
     assert [6 * n for (n,) in shapes] == pytest.approx([0.25 * l2, l2, 10 * l2], abs=6)
     # 2-D: the column count kept, rows sized; a weight over the columns is the fixed part
     cols, per_row, weight = 4096, 2 * 4096 * 2, 4096 * 2
-    rows = decision_check.l2_shapes((1, 4), l2, 2, cols, [(8, weight + 8 * per_row), (16, weight + 16 * per_row)])
+    rows = campaign.l2_shapes((1, 4), l2, 2, cols, [(8, weight + 8 * per_row), (16, weight + 16 * per_row)])
     assert all(c == cols for _, c in rows)
     assert [weight + r * per_row for r, _ in rows] == pytest.approx([l2, 4 * l2], abs=per_row)
     with pytest.raises(UserError, match="1-D.*2-D"):
-        decision_check.l2_shapes((1,), l2, 3, 64, [(8, 8), (16, 16)])
+        campaign.l2_shapes((1,), l2, 3, 64, [(8, 8), (16, 16)])
 
 
 @pytest.mark.slow  # a process of its own imports torch and the spec: about 5 s each
 @pytest.mark.parametrize("op, rank", [("vector_add", 1), ("softmax", 2)])
 def test_l2_sizing_runs_the_specs_make_inputs_for_its_bytes(op, rank):
     kernel = load_kernel(KERNELS / op / f"{op}_triton.py", KERNELS.parent)
-    got = decision_check.size_for_l2(kernel, (0.25, 1.0), "float16", "cpu", {})
-    assert got["l2_bytes"] == decision_check.CPU_L2_BYTES and "stand-in" in got["note"]
+    got = campaign.size_for_l2(kernel, (0.25, 1.0), "float16", "cpu", {})
+    assert got["l2_bytes"] == campaign.CPU_L2_BYTES and "stand-in" in got["note"]
     tensors = 3 if op == "vector_add" else 2  # x, y, out / x, out: fp16
     for m, shape in zip((0.25, 1.0), got["shapes"]):
         assert len(shape) == rank
@@ -490,7 +490,7 @@ def test_l2_sizing_runs_the_specs_make_inputs_for_its_bytes(op, rank):
     if rank == 2:
         assert {s[1] for s in got["shapes"]} == {2048 * 8}  # the spec's last benchmark shape's columns
     if rank == 1:
-        gpu = decision_check.size_for_l2(kernel, (1.0,), "float16", "cuda", {"l2_mb": 50.0})
+        gpu = campaign.size_for_l2(kernel, (1.0,), "float16", "cuda", {"l2_mb": 50.0})
         assert gpu["l2_bytes"] == 50 * 2**20 and "device" in gpu["note"] and 6 * gpu["shapes"][0][0] == pytest.approx(50 * 2**20, abs=6)
 
 
@@ -515,7 +515,7 @@ def test_tally_counts_decisions_refusals_and_failures_per_scenario_and_method():
         {"trial": 4, "scenario": "honest", "candidate": "k5", "first": outcome_of("incorrect", failed_impl="candidate")},
         {"trial": 0, "scenario": "slowdown", "first": outcome_of("uncorroborated", failed_impl="candidate")},
     ]
-    counts = decision_check.tally(events, "graph", POLICY)
+    counts = campaign.tally(events, "graph", POLICY)
     honest = counts["by_scenario"]["honest"]["graph"]
     assert (honest["trials"], honest["kept"], honest["reverted"], honest["uncorroborated"]) == (4, 1, 1, 1)
     assert honest["refused"] == {"candidate": 1} and honest["failures"] == {"incorrect": 1}
@@ -533,7 +533,7 @@ def test_tally_counts_decisions_refusals_and_failures_per_scenario_and_method():
 def test_honest_candidates_are_the_playbooks_own_each_source_once():
     kernel = load_kernel(KERNELS / "softmax" / "softmax_triton.py", KERNELS.parent)
     plain = kernel.target_abs.read_text()
-    cands = decision_check.honest_candidates(kernel, plain, "ptx", {"capability": [9, 0]})
+    cands = campaign.honest_candidates(kernel, plain, "ptx", {"capability": [9, 0]})
     keys = [k for k, _ in cands]
     sources = [s for _, s in cands]
     assert len(set(sources)) == len(sources) and plain not in sources
@@ -549,7 +549,7 @@ def test_the_honest_scenario_judges_the_playbooks_candidates_in_turn_and_counts_
     assert len(honest_jobs) == 4
     keys = result["honest_candidates"]
     target = (tmp_path / "vector_add" / "vector_add_triton.py").read_text()
-    sources = dict(decision_check.honest_candidates(load_kernel(tmp_path / "vector_add" / "vector_add_triton.py", tmp_path),
+    sources = dict(campaign.honest_candidates(load_kernel(tmp_path / "vector_add" / "vector_add_triton.py", tmp_path),
                                                     target, "interpreter", {}))
     assert [Path(j["impls"][1]["path"]).read_text() for j in honest_jobs] == [sources[k] for k in keys[:4]]
     assert [r["candidate"] for r in result["per_trial"] if r["scenario"] == "honest"] == [keys[t] for t in range(4) for _ in range(3)]

@@ -10,6 +10,15 @@ Scenarios, each repeated `--trials` times:
   `regression` (the whole interval lies below 1 - Policy.regression).
 * `speedup`: the incumbent carries the plant, the candidate does not. Detected = `keep` (the
   interval's lower end clears 1: verdict improved, low_gain or marginal).
+* `honest`: the candidates are the playbook's own for the target (`loop.tools.campaign`), one per
+  trial in turn, each judged against the target as an iteration judges it. Counted: `uncorroborated`
+  refusals (the judge's refusals of a timing, which an honest change must never draw).
+
+`--method graph|eager` forces the timing method of every measurement (the job's `method`; a graph
+that cannot be captured is timed eagerly and counted as not forced); `--l2-multiples` times shapes
+whose inputs and outputs take those multiples of the device's L2. The counts per scenario and timing
+method (`counts`) give the number the campaign is for: honest candidates and A/A pairs refused
+`uncorroborated`, over their judged trials.
 
 Every trial, and every measurement of the calibration, is one judged measurement of the target
 backend exactly as an iteration makes it: incumbent and candidate written as two implementation
@@ -34,10 +43,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -59,9 +64,7 @@ from loop.target.change import describe
 from loop.target.contract import Kernel, load_kernel, spec_dtypes, spec_entry
 from loop.target.coverage import unexercised
 from loop.tools.plant import Stopped, calibrate, planted_source
-from playbook.analysis import analyze
-from playbook.base import ranked
-from playbook.cst.entry import entry_beside
+from loop.tools.campaign import first_dtype, honest_candidates, render_counts, size_for_l2, tally
 
 ENV_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version", "cutile_version")
 
@@ -87,7 +90,6 @@ def parse_scenarios(text: str) -> tuple[str, ...]:
 
 
 METHODS = ("auto", "graph", "eager")  # --method: auto is the judge's own choice (`loop.judge.bench.choose_method`)
-CPU_L2_BYTES = 256 * 2**10  # the stand-in for an L2 under the interpreter (it has none): small shapes it can time
 ROUTINE_SCENARIOS = ("aa", "slowdown", "speedup")  # what --plant runs when no --scenarios are named
 
 
@@ -143,7 +145,7 @@ def render(result: dict) -> str:
     for scenario in result["scenarios"]:
         name, means, _ = metric(scenario, decide.Policy(**result["policy"]))
         lines.append(f"- {scenario}: {name} = {means}")
-    lines += _render_counts(result)
+    lines += render_counts(result)
     cal = [{"shape": _key(c["shape"]), "method": c["method"], "kernel_ms": num(c["kernel_ms"], ".6f"),
             "plant size": c["elems"], "asked": f"{c['asked']:.1%}",
             "measured planted ratio": f"{c['ratio']:.4f} ({c['lo']:.4f}-{c['hi']:.4f})",
@@ -250,7 +252,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     entry, bench_dtype = _plant_entry(kernel) if plant else None, _bench_dtype(kernel, device, dtype)
     sizing = None
     if l2_multiples:
-        bench_dtype = bench_dtype or _first_dtype(kernel, device)
+        bench_dtype = bench_dtype or first_dtype(kernel, device)
         sizing = size_for_l2(kernel, l2_multiples, bench_dtype, device, probe)
         shapes = [tuple(x) for x in sizing["shapes"]]
         log(f"decision-check: shapes at {', '.join(f'{m:g}' for m in l2_multiples)}x L2: "
@@ -282,24 +284,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
                 if scenario == "honest":  # the playbook's candidates in turn, each against the target
                     cand_key, cand_src = honest[t % len(honest)]
                     sources["honest"] = (plain, cand_src)
-                view.update(iteration=t + 1, change=scenario if cand_key is None else cand_key, stage="measuring")
-                event = {"trial": t, "scenario": scenario,
-                         "first": judged.measure(*sources[scenario], seed_for(seed, "trial", t, scenario))}
-                mine = trial_rows(event, policy)
-                if wants_again(mine):  # as an iteration measures a speedup over `suspicious` again
-                    event["again"] = judged.measure(*sources[scenario], seed_for(seed, "trial", t, scenario))
-                    mine = trial_rows(event, policy)
-                if cand_key is not None:
-                    mine = [{**r, "candidate": cand_key} for r in mine]
-                rows += mine
-                events.append({**event, "candidate": cand_key})
-                _log_trial(view, t, trials, scenario, mine)
-                crashed = next((o for o in (event.get("again"), event["first"])
-                                if o and o["status"] in decide.CRASH_STATUSES), None)
-                # an honest candidate that does not build or run is the candidate's failure, counted; the
-                # target's own crash (or any crash of the other scenarios, whose sources are the target's) ends the check
-                if crashed and not (scenario == "honest" and crashed.get("failed_impl") == "candidate"):
-                    raise Stopped(crashed, f"trial {t + 1} {scenario}")
+                _trial(judged, sources[scenario], (t, trials, scenario, cand_key), policy, seed, view, rows, events)
                 done[t] += 1
     except Stopped as stop:
         failure = {"status": stop.outcome["status"], "message": f"{stop.what}: {stop.outcome['message']}"}
@@ -324,159 +309,27 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
             "env": {k: probe.get(k) for k in ENV_KEYS}, "wall_s": round(time.monotonic() - started, 1)}
 
 
-# --------------------------------------------------------------------------- honest candidates, L2 shapes, counts
-
-
-def honest_candidates(kernel: Kernel, source: str, backend: str, probe: dict) -> list[tuple[str, str]]:
-    """The playbook's own candidates for the target, (key, source), as an iteration's `next_candidate`
-    offers them (`playbook.base.ranked` over the target's analysis, from the entry its spec names),
-    every value of a candidate's sweep included; each source once."""
-    cap = probe.get("capability")
-    arch = f"sm_{cap[0]}{cap[1]}" if isinstance(cap, (list, tuple)) and len(cap) == 2 else None
-    an = analyze(source, backend=backend, arch=arch, entry=entry_beside(kernel.target_abs))
-    out: dict[str, str] = {}
-    for cand in ranked(source, an, (), ()):
-        for key, src in [(cand.key, cand.source)] + [(v.key, v.source) for v in (cand.sweep.values if cand.sweep else ())]:
-            if src != source and src not in out.values() and key not in out:
-                out[key] = src
-    return list(out.items())
-
-
-def l2_shapes(multiples: Sequence[float], l2_bytes: int, rank: int, cols: int | None,
-              probes: Sequence[tuple[int, int]]) -> list[tuple[int, ...]]:
-    """Shapes whose inputs and outputs take `multiples` of `l2_bytes`: 1-D (n) or 2-D (rows x `cols`, the
-    spec's column count). `probes`: two (size, bytes) pairs the spec's make_inputs gave (size is n, or
-    rows at `cols` columns), so bytes = fixed + per * size (a weight over the columns is the fixed part)."""
-    if rank not in (1, 2) or (rank == 2 and not cols):
-        raise UserError(f"--l2-multiples sizes 1-D shapes (n) and 2-D shapes (rows x cols); this spec's benchmark "
-                        f"shapes have {rank} dimension(s)", hint="pass --shapes")
-    (s1, b1), (s2, b2) = probes
-    per = (b2 - b1) / (s2 - s1)
-    if per <= 0:
-        raise UserError("--l2-multiples: the spec's make_inputs gives no more bytes at a larger shape", hint="pass --shapes")
-    fixed = b1 - per * s1
-    sizes = [max(1, int(round((m * l2_bytes - fixed) / per))) for m in multiples]
-    return [(n,) if rank == 1 else (n, int(cols)) for n in sizes]
-
-
-SIZING = """
-import json, sys
-import torch
-from loop.common.spec import Spec, load_module
-sys.path.insert(0, sys.argv[2])
-spec = Spec(torch, load_module("tileloop_sizing_spec", sys.argv[1]))
-shape = tuple(spec.benchmark_shapes[-1])
-def nbytes(s):
-    got = spec.make_inputs(s, sys.argv[3], 0, "cpu")
-    return sum(v.numel() * v.element_size() for v in got.values() if isinstance(v, torch.Tensor))
-probes = [(4096, nbytes((4096,))), (8192, nbytes((8192,)))] if len(shape) == 1 else \
-    [(8, nbytes((8, shape[1]))), (16, nbytes((16, shape[1])))] if len(shape) == 2 else []
-print(json.dumps({"shape": list(shape), "probes": probes}))
-"""
-
-
-def size_for_l2(kernel: Kernel, multiples: Sequence[float], dtype: str, device: str, probe: dict) -> dict:
-    """The shapes of --l2-multiples: the spec's make_inputs run at two small shapes (in a process of its
-    own, on the CPU: the orchestrator imports no spec) for the bytes of a shape's inputs and outputs,
-    and the device's L2 (the environment probe's; a stand-in of CPU_L2_BYTES under the interpreter)."""
-    if device == "cuda" and probe.get("l2_mb"):
-        l2, note = int(float(probe["l2_mb"]) * 2**20), f"L2 {float(probe['l2_mb']):g} MiB, the device's"
-    else:
-        l2, note = CPU_L2_BYTES, f"L2 stand-in {CPU_L2_BYTES // 2**10} KiB: the interpreter has no L2"
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    done = subprocess.run([sys.executable, "-c", SIZING, str(kernel.spec_abs), str(kernel.target_abs.parent), dtype],
-                          capture_output=True, text=True, env=env, timeout=300)
-    if done.returncode != 0:
-        raise UserError(f"--l2-multiples: the spec's make_inputs failed at a small shape: "
-                        f"{(done.stderr.strip().splitlines() or ['no message'])[-1]}"[:600])
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    shape = got["shape"]
-    if len(shape) not in (1, 2):
-        raise UserError(f"--l2-multiples sizes 1-D shapes (n) and 2-D shapes (rows x cols); this spec's benchmark "
-                        f"shapes are {len(shape)}-D (e.g. {_key(shape)})", hint="pass --shapes")
-    cols = shape[1] if len(shape) == 2 else None
-    shapes = l2_shapes(multiples, l2, len(shape), cols, [tuple(p) for p in got["probes"]])
-    return {"multiples": list(multiples), "l2_bytes": l2, "dtype": dtype, "shapes": [list(x) for x in shapes],
-            "note": note + ("" if cols is None else f"; {cols} columns, the spec's last benchmark shape's")}
-
-
-def _first_dtype(kernel: Kernel, device: str) -> str:
-    """The dtype an iteration times (the spec's first; bfloat16 skipped under the interpreter), read statically."""
-    known = [d for d in spec_dtypes(kernel.spec_abs) or () if not (device == "cpu" and d == "bfloat16")]
-    if not known:
-        raise UserError("--l2-multiples needs the dtype to size shapes at, and the spec's DTYPES are not literal",
-                        hint="pass --dtype")
-    return known[0]
-
-
-METHOD_NAMES = {"cuda_graph": "graph", "cuda_events_l2_flush": "eager", "interpreter_wallclock": "interpreter"}
-
-
-def tally(events: Sequence[dict], asked: str, policy: decide.Policy) -> dict:
-    """Counts per scenario and timing method of the trials' decisions: trials, kept, reverted,
-    unmeasured (void or not measurable), refused by the judge (`uncorroborated`, by the implementation
-    charged), failures (a candidate that is incorrect, or does not build or run: no refusal for
-    cheating), and where the forced method was not the one used. `honest_refusals`: the uncorroborated
-    refusals of honest candidates and A/A pairs over their judged trials (the number that must be 0)."""
-    per: dict[str, dict[str, dict]] = {}
-    refusals = []
-    for event in events:
-        out = event.get("again") or event["first"]
-        rows = trial_rows(event, policy)
-        whole = next((r for r in rows if r["shape"] == "all"), rows[0])
-        used = sorted({METHOD_NAMES.get(m, m) for m in out.get("methods") or ()}) or ["untimed"]
-        method = "+".join(used)
-        c = per.setdefault(event["scenario"], {}).setdefault(method, {
-            "trials": 0, "kept": 0, "reverted": 0, "unmeasured": 0, "uncorroborated": 0, "refused": {}, "failures": {},
-            "method_not_forced": 0})
-        c["trials"] += 1
-        if out["status"] == "uncorroborated":
-            c["uncorroborated"] += 1
-            who = out.get("failed_impl") or "candidate"
-            c["refused"][who] = c["refused"].get(who, 0) + 1
-            refusals.append({"trial": event["trial"], "scenario": event["scenario"], "candidate": event.get("candidate"),
-                             "method": method, "failed_impl": who, "message": str(out.get("message") or "")[:400]})
-        elif out["status"] != "ok":
-            c["failures"][out["status"]] = c["failures"].get(out["status"], 0) + 1
-        elif whole["action"] == "keep":
-            c["kept"] += 1
-        elif whole["action"] == "revert":
-            c["reverted"] += 1
-        else:
-            c["unmeasured"] += 1
-        if asked != "auto" and out.get("methods") and any(METHOD_NAMES.get(m) not in (asked, "interpreter")
-                                                           for m in out["methods"]):
-            c["method_not_forced"] += 1
-    judged = [c for name in ("honest", "aa") for c in per.get(name, {}).values()]
-    return {"by_scenario": per, "refusals": refusals,
-            "honest_refusals": {"judged": sum(c["trials"] for c in judged),
-                                "uncorroborated": sum(c["uncorroborated"] for c in judged)}}
-
-
-def _render_counts(result: dict) -> list[str]:
-    counts = result.get("counts") or {}
-    rows = [{"scenario": scenario, "method": method, "trials": c["trials"], "kept": c["kept"], "reverted": c["reverted"],
-             "unmeasured": c["unmeasured"], "uncorroborated": c["uncorroborated"],
-             "refused (charged to)": ", ".join(f"{k} {v}" for k, v in c["refused"].items()),
-             "failures": ", ".join(f"{k} {v}" for k, v in c["failures"].items()),
-             "forced method not used": c["method_not_forced"]}
-            for scenario, methods in (counts.get("by_scenario") or {}).items() for method, c in methods.items()]
-    if not rows:
-        return []
-    honest = counts["honest_refusals"]
-    lines = ["", "## Decisions by scenario and timing method", "", markdown_table(rows), "",
-             f"Honest candidates and A/A pairs refused `uncorroborated`: {honest['uncorroborated']} of "
-             f"{honest['judged']} judged trial(s)."]
-    if result.get("honest_candidates"):
-        lines.append(f"Honest candidates (the playbook's, in turn): {', '.join(result['honest_candidates'])}.")
-    if result.get("l2_sizing"):
-        z = result["l2_sizing"]
-        lines.append(f"Shapes sized to {', '.join(f'{m:g}' for m in z['multiples'])}x L2 ({z['note']}): "
-                     f"{', '.join(_key(x) for x in z['shapes'])}.")
-    lines += [f"- refused: trial {r['trial'] + 1} {r['scenario']}" + (f" {r['candidate']}" if r["candidate"] else "")
-              + f" ({r['method']}, charged to {r['failed_impl']}): {r['message']}" for r in counts["refusals"]]
-    return lines + [""]
+def _trial(judged: Judged, pair: tuple[str, str], which: tuple, policy: decide.Policy, seed: int, view: ProgressView,
+           rows: list[dict], events: list[dict]) -> None:
+    """One trial (`which`: trial, trials, scenario, honest candidate's key or None): judged, measured again
+    where the loop would, its rows and event added; Stopped where a crash ends the check."""
+    t, trials, scenario, cand_key = which
+    view.update(iteration=t + 1, change=scenario if cand_key is None else cand_key, stage="measuring")
+    event = {"trial": t, "scenario": scenario, "first": judged.measure(*pair, seed_for(seed, "trial", t, scenario))}
+    mine = trial_rows(event, policy)
+    if wants_again(mine):  # as an iteration measures a speedup over `suspicious` again
+        event["again"] = judged.measure(*pair, seed_for(seed, "trial", t, scenario))
+        mine = trial_rows(event, policy)
+    if cand_key is not None:
+        mine = [{**r, "candidate": cand_key} for r in mine]
+    rows += mine
+    events.append({**event, "candidate": cand_key})
+    _log_trial(view, t, trials, scenario, mine)
+    crashed = next((o for o in (event.get("again"), event["first"]) if o and o["status"] in decide.CRASH_STATUSES), None)
+    # an honest candidate that does not build or run is the candidate's failure, counted; the target's own
+    # crash (or any crash of the other scenarios, whose sources are the target's) ends the check
+    if crashed and not (scenario == "honest" and crashed.get("failed_impl") == "candidate"):
+        raise Stopped(crashed, f"trial {t + 1} {scenario}")
 
 
 def _kernel_and_backend(target: str, device: str, target_backend: str | None, settings, log):
