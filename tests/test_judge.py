@@ -200,8 +200,10 @@ def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs
     assert method == "cuda_graph" and 4 <= calls <= 8  # one call per input set: at most the sets shared
     assert (auditor.method, auditor.calls, auditor.used) == ("cuda_graph", calls, calls)
     assert kernels["best"].asked == {"op": "capture", "calls": calls}
-    assert notes == ["torch_eager: captured at the second try (x)"]  # said, not hidden
+    assert notes[0].startswith(f"CUDA graphs of {calls} call(s): the slowest call (best)")  # why, first
+    assert notes[1:] == ["torch_eager: captured at the second try (x)"]  # said, not hidden
     prepared["best"]["call_ms"] = GRAPH_BELOW_MS * 2  # an implementation's own slow call still decides
     method, calls, notes = bench.method(prepared, 4, 8, TimingPlan(), auditor)
     assert method == "cuda_events_l2_flush" and calls == 1 and auditor.used == 4
-    assert notes == [f"timed eagerly: a call of best takes {GRAPH_BELOW_MS * 2:.3f} ms (CUDA graphs below {GRAPH_BELOW_MS} ms)"]
+    assert notes == [f"timed eagerly: the slowest call (best) takes {GRAPH_BELOW_MS * 2:.3f} ms (CUDA graphs below "
+                     f"{GRAPH_BELOW_MS} ms)"]

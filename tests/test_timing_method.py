@@ -74,3 +74,55 @@ def test_calls_never_exceed_the_input_sets_a_graph_may_use():
 def test_a_plan_without_graphs_is_eager_unless_graphs_are_forced():
     assert not choose(SHORT, SHORT, use_graphs=False).graphs
     assert choose(SHORT, SHORT, use_graphs=False, forced="graph").graphs
+
+
+# ----------------------------------------------------------------------------- the judge's Bench uses the choice
+
+
+class Process:
+    """A kernel process that captures a graph when it can (`captures`), and records what it was asked."""
+
+    def __init__(self, captures: bool = True):
+        self.captures, self.asked = captures, []
+
+    def send(self, message: dict, label: str) -> None:
+        self.asked.append(message)
+
+    def answer(self, message: dict, label: str) -> dict:
+        return {"ok": True, "captured": self.captures} if message.get("op") == "capture" else {"ok": True}
+
+    def request(self, message: dict, label: str) -> dict:
+        self.send(message, label)
+        return self.answer(message, label)
+
+
+class Audits:
+    def timed_as(self, method: str, calls: int, used: int, captured) -> None:
+        self.method = method
+
+
+def bench_method(inc_ms: float, cand_ms: float, method: str | None = None, captures: bool = True):
+    from loop.judge.bench import Bench
+
+    kernels = {"incumbent": Process(captures), "candidate": Process(captures)}
+    job = {"device": "cuda", "check": ["candidate"], **({"method": method} if method else {})}
+    bench = Bench(None, None, None, kernels, job, PAIR)
+    prepared = {"incumbent": {"call_ms": inc_ms}, "candidate": {"call_ms": cand_ms}}
+    return bench.method(prepared, 4, 8, timing.TimingPlan(), Audits()), kernels
+
+
+def test_the_judge_times_a_short_incumbent_in_graphs_beside_a_slow_candidate_and_says_why():
+    (method, calls, notes), kernels = bench_method(SHORT, 3 * timing.GRAPH_BELOW_MS)
+    assert method == "cuda_graph" and calls >= 4
+    assert kernels["candidate"].asked[-1] == {"op": "capture", "calls": calls}
+    assert "incumbent" in notes[0] and "as many calls" in notes[0]
+
+
+def test_the_judge_honours_a_forced_method_and_says_when_a_forced_graph_could_not_be_captured():
+    (method, calls, notes), kernels = bench_method(3.0, 3.0, "graph")
+    assert method == "cuda_graph" and "asked for" in notes[0]
+    (method, calls, notes), kernels = bench_method(SHORT, SHORT, "eager")
+    assert method == "cuda_events_l2_flush" and calls == 1
+    assert not any(m.get("op") == "capture" for m in kernels["incumbent"].asked)
+    (method, calls, notes), _ = bench_method(SHORT, SHORT, "graph", captures=False)
+    assert method == "cuda_events_l2_flush" and "capture failed" in notes[-1] and "method graph" in notes[-1]
