@@ -51,7 +51,8 @@ import time
 from pathlib import Path
 
 from loop.common.processes import (PARENT_ENV, become_subreaper, confine_child, confine_zygote,
-                                   isolation_of, kill_process_group, set_dumpable)
+                                   isolation_of, kill_process_group, record_pid,
+                                   set_dumpable)
 
 ZYGOTE_ENV = "TILELOOP_ZYGOTE"  # "0": every kernel process a fresh interpreter of its own
 READY_S = 600.0  # the longest the zygote may take to import torch and Triton (a loaded machine)
@@ -72,9 +73,10 @@ def _environment() -> dict[str, str]:
 
 
 def start_kernel(workdir: Path, log_path: Path, fds: tuple[int, int], warm: str | None,
-                 python: str | None = None) -> "subprocess.Popen | ZygoteKernel":
+                 python: str | None = None, pid_file: Path | None = None) -> "subprocess.Popen | ZygoteKernel":
     """A confined kernel process serving on `fds` (read, write): forked by this judge's zygote
-    (started on the first call) or, where none can be used, a new interpreter."""
+    (started on the first call) or, where none can be used, a new interpreter. Its pid goes to
+    `pid_file` as soon as it is known (a zygote's fork writes it there itself, before kernel code runs)."""
     guard_judge()
     zygote = None
     if python in (None, sys.executable):
@@ -82,9 +84,11 @@ def start_kernel(workdir: Path, log_path: Path, fds: tuple[int, int], warm: str 
         if os.getpid() not in _ZYGOTE:
             zygote = _ZYGOTE[os.getpid()] = Zygote.start(workdir, log_path)
     if zygote is not None and zygote.proc.poll() is None:
-        return zygote.spawn(workdir, log_path, fds, warm)
+        return zygote.spawn(workdir, log_path, fds, warm, pid_file)
     proc = fresh_kernel(workdir, log_path, fds, warm, python)
     _SPAWNED[proc.pid] = "fresh exec"
+    if pid_file is not None:
+        record_pid(pid_file, proc.pid)
     return proc
 
 
@@ -149,12 +153,15 @@ class Zygote:
         """The processes a kernel process's orphans may be re-parented to, besides the judge."""
         return frozenset(p for p in (self.proc.pid, self.init) if p)
 
-    def spawn(self, workdir: Path, log_path: Path, fds: tuple[int, int], warm: str | None) -> "ZygoteKernel":
+    def spawn(self, workdir: Path, log_path: Path, fds: tuple[int, int], warm: str | None,
+              pid_file: Path | None = None) -> "ZygoteKernel":
         """Ask for a kernel process on `fds` (read, write) logging to `log_path`; it is forked once
-        the zygote is ready (its pid is learnt then: `ZygoteKernel.pid`)."""
+        the zygote is ready, and writes its pid (as the judge names it) to `pid_file` then; the
+        judge learns it at its first use (`ZygoteKernel.pid`)."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        request = json.dumps({"op": "fork", "workdir": str(workdir), "warm": warm}).encode()
+        request = json.dumps({"op": "fork", "workdir": str(workdir), "warm": warm,
+                              "pid_file": str(pid_file) if pid_file else None}).encode()
         with open(log_path, "w") as log:
             try:
                 socket.send_fds(self.control, [request], [fds[0], fds[1], log.fileno(), theirs.fileno()])

@@ -52,12 +52,12 @@ class KernelProcess:
         to_kernel_r, to_kernel_w = os.pipe()
         to_judge_r, to_judge_w = os.pipe()
         self.log_path = workdir / f"{name}.kernel.log"
-        self.proc = start_kernel(workdir, self.log_path, (to_kernel_r, to_judge_w), warm, python)
+        self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
+        self.proc = start_kernel(workdir, self.log_path, (to_kernel_r, to_judge_w), warm, python, self.pid_file)
         os.close(to_kernel_r)
         os.close(to_judge_w)
         self.channel, self.read_fd = Channel(to_judge_r, to_kernel_w), to_judge_r
         self.unstuck = 0  # times it was found stopped while asked (by a sibling or its stray) and resumed
-        self.pid_file = workdir / f"{name}.kernel.pid"  # for `tileloop resume`, should the judge be killed first
         self._tree: Tree | None = None
         self.running = True  # until its first request (it imports torch: no kernel code yet)
         self.stopped_cpu: float | None = None
@@ -68,7 +68,7 @@ class KernelProcess:
     @property
     def tree(self) -> Tree:
         """Its tree in /proc, once its pid is known (a process the zygote forks has one once the
-        zygote is ready: `loop.judge.fork`); its pid file written then."""
+        zygote is ready: `loop.judge.fork`)."""
         if self._tree is None:
             record_pid(self.pid_file, self.proc.pid)
             self._tree = Tree(self.proc.pid, parents=parents())
@@ -77,6 +77,7 @@ class KernelProcess:
     def rename(self, name: str) -> None:
         """Name the log and pid files after the implementation this process was given (a process
         started before the job came has a number for a name)."""
+        self.proc.pid  # known: its pid file is written (by a zygote's fork, once the zygote is ready)
         workdir = self.log_path.parent
         log_path, pid_file = workdir / f"{name}.kernel.log", workdir / f"{name}.kernel.pid"
         self.log_path = self.log_path.rename(log_path)  # the process writes on: its file keeps its inode

@@ -14,8 +14,9 @@ does this itself, as a subreaper (a kernel process's orphans come back to it, wh
 finds them).
 
 Over FD (a unix SOCK_SEQPACKET socket) the judge sends one request per kernel process, JSON
-{"op": "fork", "workdir", "warm"} with four fds (SCM_RIGHTS): the kernel process's two pipes, its log
-and a status socket. On the control socket the zygote answers {"init": pid} (its init's pid in the
+{"op": "fork", "workdir", "warm", "pid_file"} with four fds (SCM_RIGHTS): the kernel process's two pipes,
+its log and a status socket; before any kernel code runs it writes its pid as the judge names it to
+`pid_file`. On the control socket the zygote answers {"init": pid} (its init's pid in the
 judge's namespace) and, once ready, {"ready": true, "pid_namespace", "subreaper"}. On the status
 socket the kernel process first sends its credentials (SCM_CREDENTIALS: the kernel gives the judge
 its pid as the judge names it), and its parent later its exit code. Every process here dies with
@@ -32,8 +33,8 @@ import struct
 import sys
 import traceback
 
-from loop.common.processes import (become_subreaper, die_with_parent, drop_bounding_set, drop_capabilities,
-                                   new_pid_namespace, set_dumpable)
+from loop.common.namespaces import drop_capabilities, new_pid_namespace
+from loop.common.processes import become_subreaper, die_with_parent, drop_bounding_set, set_dumpable
 
 
 def main(control_fd: int) -> int:
@@ -162,6 +163,13 @@ def kernel(request: dict, fds: list[int], close: list[int], parent: int) -> int:
     die_with_parent()
     if os.getppid() != parent:
         return 137
+    if request.get("pid_file"):  # for `tileloop resume`: its pid as the judge names it (/proc is the judge's)
+        host_pid = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("NSpid:")),
+                        str(os.getpid()))
+        part = f"{request['pid_file']}.part"
+        with open(part, "w") as pid_file:
+            pid_file.write(f"{host_pid}\n")
+        os.rename(part, request["pid_file"])
     status = socket.socket(fileno=fds[3])
     status.sendmsg([b"pid"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS,
                                struct.pack("iII", os.getpid(), os.getuid(), os.getgid()))])
