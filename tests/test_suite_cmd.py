@@ -300,3 +300,44 @@ def test_targets_are_met_only_when_every_measurement_clears_them():
     # no final measurement: not measured, never met
     none = dict(rs, final=[], final_largest={})
     assert {r["result"] for r in target_rows([none])} == {"not measured"}
+
+
+@pytest.mark.slow
+def test_a_run_cut_off_by_per_run_goes_on_with_resume(tmp_path, clean_env, capsys):
+    """`suite run --gpus 0 --per-run`: a run whose experiment hangs is cut off, repaired and given an
+    entry that says so; `summarize --unattended-json` lists it as unfinished; `suite run --resume`
+    continues it in its worktree (not anew), after which it is finished."""
+    from tests.conftest import REPO_ROOT, git
+
+    two_op_repo(tmp_path, clean_env)
+    target = "kernels/vector_add/vector_add_triton.py"
+    args = ["suite", "run", target, "--device", "cpu", "--max-iters", "2", "--archs", "sm_90", "--gpus", "0"]
+    clean_env.setenv("TILELOOP_TEST_INJECT", f"1:{REPO_ROOT / 'tests' / 'faults' / 'infinite_loop.py'}")
+    clean_env.setenv("TILELOOP_WORKER_TIMEOUT", "900")  # the hang outlasts --per-run
+    assert main([*args, "--per-run", "150", "--json"]) == 0
+    out = capsys.readouterr()
+    (cut,) = json.loads(out.out)["entries"]
+    assert "cut off after 150 s" in out.err and cut["cut_off"] is True and "error" not in cut, (cut, out.err[-2000:])
+    run_dir = tmp_path / "sandbox" / "suite-worktrees" / "gpu0" / "sandbox" / cut["run"]
+    recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert [r.iteration for r in recs] == [0, 1] and recs[1].optimization.endswith("(interrupted)")
+    assert cut["iterations"] == 1 and cut["experiment_wall_s"] == [recs[1].wall_s]
+    page = tmp_path / "u.md"
+    assert main(["suite", "summarize", "sandbox/suite", "--unattended-json", str(page.with_suffix(".json"))]) == 0
+    capsys.readouterr()
+    assert (f"{target}: unfinished, cut off by --per-run: 1 experiment(s); `suite run --resume` continues it"
+            in page.read_text())
+
+    clean_env.delenv("TILELOOP_TEST_INJECT")
+    tip = git(tmp_path, "rev-parse", f"tileloop/{cut['run']}").strip()
+    assert main([*args, "--per-run", "600", "--resume", "--json"]) == 0
+    out = capsys.readouterr()
+    (done,) = json.loads(out.out)["entries"]
+    assert "tileloop resume (branch tileloop/suite-vector-add-triton, 1 experiments recorded)" in out.err
+    assert done["resumed"] is True and done["cut_off"] is False and done["iterations"] == 2, done
+    assert done["stop"]["state"] == "stop"
+    recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert [r.iteration for r in recs] == [0, 1, 2]  # continued, not started anew
+    assert git(tmp_path, "merge-base", "--is-ancestor", tip, f"tileloop/{cut['run']}") == ""
+    assert main(["suite", "summarize", "sandbox/suite", "--unattended-json", str(page.with_suffix(".json"))]) == 0
+    assert "unfinished" not in page.read_text().split("## Not finished")[1]
