@@ -123,7 +123,7 @@ def _plan(args, settings) -> int:
         else:
             not_applicable.append({"id": recipe.id, "reason": one_line(
                 why, f"does not recognise its pattern in {target}")})
-    where = _measured_roofline(args, target, settings)
+    where = _measured_roofline(args, target, settings) if levers.memory_bound(an) or args.roofline_fraction else None
     an = levers.with_levers(an, where, args.backend or "", args.arch)
     order = levers.order_payload(ranked(src, an, (), ()), an, where)
     payload = {"target": target, "language": an.language, "kernel_class": an.kernel_class, "entry": list(an.entry),

@@ -100,8 +100,15 @@ def analysis_of(run, src: str) -> tuple[Analysis, Roofline | None]:
     the run, and the best version's measured distance to its roofline with the lane's experience."""
     arch = None if run.arch == "cpu" else run.arch
     an = analyze(src, backend=run.state.target_backend, arch=arch, entry=run.entry())
-    where = None if run.state.harness else roofline(best_record(run), run.state.target_backend)
+    where = None if run.state.harness or not memory_bound(an) else roofline(best_record(run), run.state.target_backend)
     return with_levers(an, where, run.state.target_backend, arch), where
+
+
+def memory_bound(an: Analysis) -> bool:
+    """Whether the clone bandwidth is the kernel's roofline: not for a dot kernel (matmul, attention),
+    whose roofline is the device's tensor-core rate; the run measures none, so a dot kernel keeps the
+    playbook's static order rather than a headroom read off the wrong roofline."""
+    return an.kernel_class != "dot"
 
 
 def run_order(run, limit: int = 8) -> dict:
