@@ -239,6 +239,13 @@ def test_worker_env_cutile_drops_interpret(inherited, tmp_path):
     assert env["TRITON_CACHE_DIR"] == str(tmp_path / "c")
 
 
+def test_autotune_choices_are_kept_in_the_runs_cache_unless_the_user_says_otherwise(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
+    assert _worker_env(backends.get("ptx"), tmp_path)["TRITON_CACHE_AUTOTUNING"] == "1"
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
+    assert _worker_env(backends.get("ptx"), tmp_path)["TRITON_CACHE_AUTOTUNING"] == "0"
+
+
 def test_only_the_interpreter_sets_triton_interpret(monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     for name in ("ptx", "tileir", "cutile", "interpreter"):

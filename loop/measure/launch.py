@@ -37,6 +37,11 @@ def _worker_env(backend: Backend | None, cache_dir: Path) -> dict:
         if backend.language == "cutile":
             tileiras_environment(env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
+    # an autotuned version's choice per key is kept in the run's cache, beside its compiled kernels: an
+    # incumbent that autotunes is not tuned again, at every key, in every measurement it is paired in
+    # (on an H100 that made each experiment after a kept autotune 60-100 s); a new version's source is a
+    # new cache key, so a candidate is always tuned afresh. The user's own setting stands.
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     env[PARENT_ENV] = str(os.getpid())
     with_package_path(env)
     env["PYTHONUNBUFFERED"] = "1"
