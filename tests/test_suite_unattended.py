@@ -15,7 +15,7 @@ import pytest
 from loop.cli import main
 from loop.records.results import Record
 from loop.run.levers import roofline
-from loop.suite.summary import entry_from_run
+from loop.suite.summary import TARGETS_FILE, entry_from_run, record_targets
 
 RECORDS = Path(__file__).resolve().parent.parent / "docs" / "results" / "audits-softmax-run-H100-2026-11-26-results.jsonl"
 FIELDS = ["op", "language", "shape", "dtype", "best_ms", "eager_ms", "compile_ms", "clone_fraction", "experiments", "wall_s"]
@@ -64,8 +64,14 @@ def suite_dir(tmp_path):
               "error": "no records (exit 1)"}
     for e in (va, mm, att, sm, failed):
         (out / f"{e['run']}.json").write_text(json.dumps(e))
-        (out / f"{e['run']}.log").write_text("")
-    (out / "suite-layernorm-triton.log").write_text("")  # started, killed before its entry
+        (out / f"{e['run']}.log").write_text(f"run {e['run']} on branch tileloop/{e['run']}: measuring the baseline\n")
+    # started, killed before its entry; a log of something else; a target never started
+    (out / "suite-layernorm-triton.log").write_text("run suite-layernorm-triton on branch tileloop/suite-layernorm-triton\n")
+    (out / "suite-call1.log").write_text("[gpu 0] [suite] kernels/softmax/softmax_cutile.py: tileloop run\n")
+    record_targets(out, [f"kernels/{op}/{op}_{lang}.py" for op, lang in (
+        ("vector_add", "triton"), ("matmul", "cutile"), ("attention", "triton"), ("softmax", "cutile"))])
+    record_targets(out, ["kernels/row_sum/row_sum_triton.py", "kernels/rmsnorm/rmsnorm_cutile.py",
+                         "kernels/vector_add/vector_add_triton.py"])  # a second call: the list grows, once each
     return out
 
 
@@ -128,7 +134,9 @@ def test_the_page_judges_each_row_and_lists_what_did_not_finish(suite_dir, tmp_p
     assert "kernels/softmax/softmax_cutile.py: no final measurement (report killed)" in unfinished
     assert "kernels/softmax/softmax_cutile.py: unfinished, cut off by --per-run: 4 experiment(s)" in unfinished
     assert "suite-layernorm-triton: started, no entry (killed or still running)" in unfinished
-    assert "vector_add" not in unfinished and "matmul" not in unfinished
+    assert "kernels/rmsnorm/rmsnorm_cutile.py: not started: `suite run --resume` starts it" in unfinished
+    assert "vector_add" not in unfinished and "matmul" not in unfinished and "call1" not in unfinished
+    assert unfinished.count("\n- ") == 5
 
 
 def test_a_threshold_missed_says_no_profile_where_the_run_recorded_none(suite_dir, tmp_path):
@@ -194,6 +202,13 @@ def test_entries_keep_their_records_wall_times_and_roofline(tmp_path):
     shutil.copy(RECORDS, out / f"{e['run']}-results.jsonl")
     (loaded,) = load_entries([out])
     assert loaded["experiment_wall_s"] == e["experiment_wall_s"] and loaded["roofline"] == e["roofline"]
+
+
+def test_the_suite_keeps_the_list_of_its_targets_over_calls(suite_dir):
+    listed = json.loads((suite_dir / TARGETS_FILE).read_text())["targets"]
+    assert listed == ["kernels/vector_add/vector_add_triton.py", "kernels/matmul/matmul_cutile.py",
+                      "kernels/attention/attention_triton.py", "kernels/softmax/softmax_cutile.py",
+                      "kernels/row_sum/row_sum_triton.py", "kernels/rmsnorm/rmsnorm_cutile.py"]
 
 
 def test_bad_unattended_arguments_are_refused(suite_dir, tmp_path, capsys):

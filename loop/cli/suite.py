@@ -61,7 +61,8 @@ def cmd_suite(args, settings) -> int:
         target = Path(args.unattended_json)
         if target.suffix != ".json":
             raise UserError(f"--unattended-json needs a .json path, got {target}", hint="its page goes beside it, with .md")
-        data, _ = unattended.write(target, entries, args.commands, summary.started_runs(paths), args.title)
+        data, _ = unattended.write(target, entries, args.commands, summary.started_runs(paths),
+                                  summary.suite_targets(paths), args.title)
         note = f"{len(data)} rows in {target}, its page in {target.with_suffix('.md')}"
         if args.json:
             print(note, file=sys.stderr)

@@ -33,7 +33,7 @@ from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
-from loop.suite.summary import ENTRY_SCHEMA, entry_from_run
+from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets
 from loop.suite.worktrees import (
     WORKTREES,
     branch_of,
@@ -213,6 +213,7 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
             gone = forget_run(trees, target, out_dir)
             log(f"[suite] {target}: restart: " + ("forgot " + ", ".join(gone) if gone else "no earlier run"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    record_targets(out_dir, targets)  # so that a summary of a suite cut short names the targets without an entry
     start_sha = git_output(root, "rev-parse", start_branch)
     children = _Children()
     previous = signal.signal(signal.SIGTERM, children.kill_all)

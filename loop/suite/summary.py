@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from loop.common.errors import UserError
+from loop.common.files import atomic_write_text
 from loop.records import methods
 from loop.records.perf_table import markdown_table
 from loop.records.results import Record, cumulative
@@ -292,7 +293,34 @@ def load_entries(paths: list[Path]) -> list[dict]:
     return out
 
 
+TARGETS_FILE = "suite-targets.json"  # in a suite's output folder: every target a `suite run` call was given
+
+
+def record_targets(out_dir: Path, targets: list[str]) -> None:
+    """Add `targets` to the output folder's list of the suite's targets (kept over calls), so that a
+    summary can name the targets that have no entry yet."""
+    path = out_dir / TARGETS_FILE
+    known = suite_targets([out_dir])
+    atomic_write_text(path, json.dumps({"targets": known + [t for t in targets if t not in known]}, indent=1) + "\n")
+
+
+def suite_targets(paths: list[Path]) -> list[str]:
+    """The targets `suite run` was given in these output folders (its list of them), in order."""
+    out: list[str] = []
+    for p in paths:
+        f = p / TARGETS_FILE
+        if p.is_dir() and f.is_file():
+            try:
+                listed = json.loads(f.read_text()).get("targets", [])
+            except (ValueError, AttributeError):
+                raise UserError(f"{f} is not a suite's list of targets") from None
+            out += [str(t) for t in listed if str(t) not in out]
+    return out
+
+
 def started_runs(paths: list[Path]) -> list[str]:
     """The runs a suite started in these output folders: each has its log (`<run>.log`) from the moment
-    its `tileloop run` began, and its entry only once it ended and was reported."""
-    return sorted(f.stem for p in paths if p.is_dir() for f in p.glob("suite-*.log"))
+    its `tileloop run` began, naming the run's branch (`tileloop/<run>`) once the run was set up; its
+    entry comes only once it ended and was reported."""
+    return sorted(f.stem for p in paths if p.is_dir() for f in p.glob("suite-*.log")
+                  if f"tileloop/{f.stem}" in f.read_text(errors="replace"))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from loop.common.files import atomic_write_text
 from loop.records.perf_table import markdown_table
+from loop.suite.worktrees import run_id_of
 
 CLONE_TARGET = 0.95  # memory-bound ops: of the same-run clone bandwidth, at the largest benchmark shape
 COMPILE_TARGET = 1.0  # every op: torch.compile's time over ours, at every benchmark shape
@@ -184,9 +185,10 @@ def experiment_seconds(entries: list[dict]) -> tuple[float | None, int, str]:
         "each run's wall_s / experiments (no per-experiment wall times beside every entry)"
 
 
-def not_finished(entries: list[dict], started: list[str]) -> list[str]:
+def not_finished(entries: list[dict], started: list[str], targets: list[str]) -> list[str]:
     """Targets of the suite with no whole result: failed, cut off, stopped mid-way, without a final
-    measurement, or started (a log) and never given an entry (killed, or still running)."""
+    measurement, started (a log) and never given an entry (killed, or still running), or, of the
+    targets `suite run` was given (`targets`), never started."""
     out = []
     runs = {e.get("run") for e in entries}
     for e in sorted(entries, key=lambda e: str(e.get("target") or e.get("run"))):
@@ -200,12 +202,19 @@ def not_finished(entries: list[dict], started: list[str]) -> list[str]:
             state = "cut off by --per-run" if e.get("cut_off") else f"stopped without a stop rule ({(e.get('stop') or {}).get('state') or 'unknown'})"
             out.append(f"{name}: unfinished, {state}: {e.get('iterations', 0)} experiment(s); "
                        "`suite run --resume` continues it")
-    out += [f"{run}: started, no entry (killed or still running): `suite run --resume` continues it"
-            for run in sorted(set(started) - runs)]
+    named = {run_id_of(t): t for t in targets}
+    for run in sorted(set(started) | set(named)):
+        if run in runs:
+            continue
+        if run in started:
+            out.append(f"{named.get(run, run)}: started, no entry (killed or still running): `suite run --resume` continues it")
+        else:
+            out.append(f"{named[run]}: not started: `suite run --resume` starts it")
     return out
 
 
-def page(entries: list[dict], table: list[Row], commands: list[str], started: list[str], title: str) -> str:
+def page(entries: list[dict], table: list[Row], commands: list[str], started: list[str], targets: list[str],
+         title: str) -> str:
     """The markdown page beside the JSON list: the same table with verdicts, and how it was made."""
     live = [e for e in entries if "error" not in e]
     devices = sorted({str(e.get("device")) for e in live}) or ["unknown"]
@@ -238,7 +247,7 @@ def page(entries: list[dict], table: list[Row], commands: list[str], started: li
                       "largest": "yes" if r.largest else "", "verdict": v,
                       "why (the run's records)": "" if v == "met" else why(by_run[(r.op, r.language)])})
     lines += [markdown_table(shown) if shown else "(no final measurement in any entry)", ""]
-    missing = not_finished(entries, started)
+    missing = not_finished(entries, started, targets)
     lines += ["## Not finished", ""] + ([f"- {m}" for m in missing] or ["- none"]) + [""]
     return "\n".join(lines)
 
@@ -247,11 +256,13 @@ def _cell(value: float | None) -> str:
     return "" if value is None else f"{value:.6f}"
 
 
-def write(path: Path, entries: list[dict], commands: list[str], started: list[str], title: str) -> tuple[list[dict], str]:
-    """The JSON list at `path` and its page at `path` with `.md`; both returned."""
+def write(path: Path, entries: list[dict], commands: list[str], started: list[str], targets: list[str],
+          title: str) -> tuple[list[dict], str]:
+    """The JSON list at `path` and its page at `path` with `.md`; both returned. `started`: the runs
+    with a log, `targets`: the targets the suite was given (both to name those without an entry)."""
     table = rows(entries)
     data = [r.to_json() for r in table]
-    text = page(entries, table, commands, started, title)
+    text = page(entries, table, commands, started, targets, title)
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
     atomic_write_text(path.with_suffix(".md"), text + "\n")
     return data, text
