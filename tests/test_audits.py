@@ -34,6 +34,25 @@ def test_samples_faster_than_the_audited_ones_are_refused():
     assert not refused["ok"] and "the samples no one checked did less work" in refused["reason"]
 
 
+def test_what_audits_add_to_every_implementation_alike_is_no_cheat():
+    # eagerly on an H100: audited calls ~30 us slower than timed ones, for the incumbent as for the candidate
+    v = {**_verdict(), "method": "cuda_events_l2_flush"}
+    empties = {"incumbent": [0.10] * 10, "candidate": [0.10] * 10}
+    audits = {"incumbent": _rows(0.204, 16, 16 * 0.204 + 0.12), "candidate": _rows(0.174, 16, 16 * 0.174 + 0.12)}
+    samples = {"incumbent": [0.174] * 40, "candidate": [0.143] * 40}
+    assert not judge_audits(dict(v, labels={}), {"candidate": audits["candidate"]}, empties, samples)["ok"]  # alone: refused
+    both = judge_audits(dict(v, labels={}), audits, empties, samples)
+    assert both["ok"], both
+    assert both["labels"]["candidate"]["shared_audit_offset_ms"] == 0.03
+    # a candidate that skips work when no one checks shows it on top of the shared offset: still refused
+    cheat = {**samples, "candidate": [0.174 * 0.7 - 0.03] * 40}
+    refused = judge_audits(dict(v, labels={}), audits, empties, cheat)
+    assert not refused["ok"] and refused["label"] == "candidate" and "added to the other implementations" in refused["reason"]
+    # an incumbent faster when audited adds nothing (the offset is never below zero)
+    fast = {**audits, "incumbent": _rows(0.150, 16, 16 * 0.150 + 0.12)}
+    assert not judge_audits(dict(v, labels={}), fast, empties, samples)["ok"]
+
+
 def test_audited_claims_below_their_wall_time_are_refused():
     empties = {"candidate": [0.10] * 10}
     # audited requests that did the work (their outputs are right) but claim a third of it
