@@ -1,5 +1,6 @@
-"""The kernel process of a judged measurement: `python -m loop.worker --serve R,W`, started by the
-judge (`loop.judge`) with a pair of pipes. It imports the implementations, runs them on memory the
+"""The kernel process of a judged measurement: forked by the judge's zygote (`loop.worker.zygote`,
+which imported torch once) or `python -m loop.worker --serve R,W`, started by the judge
+(`loop.judge`) with a pair of pipes; either way `serve` runs the same loop. It imports the implementations, runs them on memory the
 judge owns (`loop.common.arena`), writes what they return into the judge's output slots (or, for
 timed calls on a GPU, names the memory they returned by IPC handle), and times them. It decides nothing: it never sees a reference, a tolerance
 or a comparison, and every number it reports is checked by the judge (outputs element by element,
