@@ -32,6 +32,7 @@ def test_suite_run_then_summarize(kernel_repo, capsys):
     assert best_src == git(kernel_repo, "show", f"{best.commit}:{target}")
     for name in ("report.md", "latency.png", "perf_results.md"):
         assert (kernel_repo / "out" / f"suite-vector-add-triton-{name}").is_file()
+    assert json.loads((kernel_repo / "out" / "suite-targets.json").read_text())["targets"] == [target]
 
     assert main(["suite", "summarize", "out", "--out", "suite.md"]) == 0
     text = (kernel_repo / "suite.md").read_text()
