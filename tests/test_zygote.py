@@ -194,3 +194,34 @@ def test_the_namespace_can_be_turned_off():
     done = subprocess.run([sys.executable, "-c", "from loop.common.namespaces import new_pid_namespace as n; print(n())"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.stdout.strip() == "unavailable: turned off (TILELOOP_PID_NAMESPACE=0)", done
+
+
+@pytest.mark.slow
+@linux
+def test_a_zygote_that_died_before_forking_leaves_fresh_interpreters_that_serve(tmp_path):
+    """The zygote killed while it imports: the kernel process already asked of it, and the next
+    one, are exec'd instead; both serve, and `isolation` says so."""
+    script = textwrap.dedent("""
+        import json, os, signal, sys
+        from pathlib import Path
+        from loop.judge import fork
+        from loop.judge.kernel_process import KernelProcess
+
+        work = Path(sys.argv[1])
+        first = KernelProcess(work, "first", warm=None)
+        zygote = fork._ZYGOTE[os.getpid()]
+        os.kill(zygote.proc.pid, signal.SIGKILL)
+        zygote.proc.wait()
+        second = KernelProcess(work, "second", warm=None)
+        for k in (first, second):
+            k.request({"op": "arena"}, "ready")
+        print(json.dumps(fork.isolation([first.proc.pid, second.proc.pid])))
+        for k in (first, second):
+            k.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    isolation = json.loads(done.stdout.splitlines()[-1])
+    assert isolation["spawn"] == "fresh exec" and isolation["ptrace"] == "blocked", isolation
+    assert not list(tmp_path.glob("*.pid")), list(tmp_path.iterdir())

@@ -51,8 +51,7 @@ import time
 from pathlib import Path
 
 from loop.common.processes import (PARENT_ENV, become_subreaper, confine_child, confine_zygote,
-                                   isolation_of, kill_process_group, record_pid,
-                                   set_dumpable)
+                                   isolation_of, record_pid, set_dumpable)
 
 ZYGOTE_ENV = "TILELOOP_ZYGOTE"  # "0": every kernel process a fresh interpreter of its own
 READY_S = 600.0  # the longest the zygote may take to import torch and Triton (a loaded machine)
@@ -139,7 +138,10 @@ class Zygote:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.hello = {}
                 continue
-            raw = self.control.recv(4096)
+            try:
+                raw = self.control.recv(4096)
+            except OSError:  # it died
+                raw = b""
             message = json.loads(raw) if raw else None
             if not isinstance(message, dict):
                 self.hello = {}
@@ -171,11 +173,6 @@ class Zygote:
         kept = (os.dup(fds[0]), os.dup(fds[1]))  # until the fork is known to have happened
         return ZygoteKernel(self, mine, lambda: fresh_kernel(workdir, log_path, kept, warm), kept)
 
-    def close(self) -> None:
-        self.control.close()
-        kill_process_group(self.proc.pid, lambda: self.proc.poll() is None)
-        self.proc.wait()
-
 
 class ZygoteKernel:
     """A kernel process the zygote forked, with what the judge uses of a Popen (pid, poll, wait,
@@ -203,7 +200,10 @@ class ZygoteKernel:
             if self.zygote.proc.poll() is not None:
                 break
         else:
-            raw, ancillary, _, _ = self.status.recvmsg(16, socket.CMSG_SPACE(struct.calcsize("iII")))
+            try:
+                raw, ancillary, _, _ = self.status.recvmsg(16, socket.CMSG_SPACE(struct.calcsize("iII")))
+            except OSError:  # its parent gone
+                raw, ancillary = b"", []
             for level, kind, data in ancillary:
                 if raw == b"pid" and (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS):
                     pid = struct.unpack("iII", data[:struct.calcsize("iII")])[0]
@@ -211,8 +211,10 @@ class ZygoteKernel:
                     return pid
             if raw:
                 raise RuntimeError(f"the zygote's kernel process said {raw[:40]!r}, not its pid")
-        if self.zygote.proc.poll() is None:
-            raise RuntimeError("the zygote's kernel process ended before it gave its pid")
+        try:
+            self.zygote.proc.wait(timeout=10)  # its init gone: it follows
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("the zygote's kernel process ended before it gave its pid") from None
         self.exec = self.fallback()  # the zygote died before forking it (its forks die with it)
         _SPAWNED[self.exec.pid] = "fresh exec"
         return self.exec.pid
@@ -223,16 +225,17 @@ class ZygoteKernel:
     def wait(self, timeout: float | None = None, block: bool = True) -> int | None:
         pid = self.pid
         if self.exec is not None:
-            if not block:
-                return self.exec.poll()
-            self.returncode = self.exec.wait(timeout)
+            self.returncode = self.exec.wait(timeout) if block else self.exec.poll()
             return self.returncode
         if self.returncode is None:
             if not select.select([self.status], [], [], timeout)[0]:
                 if not block:
                     return None
                 raise subprocess.TimeoutExpired(f"kernel process {pid}", timeout or 0.0)
-            raw = self.status.recv(64)
+            try:
+                raw = self.status.recv(64)
+            except OSError:
+                raw = b""
             self.returncode = int(raw) if raw.lstrip(b"-").isdigit() else -9  # nothing: its parent died, so did it
         return self.returncode
 
