@@ -440,6 +440,15 @@ def test_a_crash_ends_the_check_incomplete_with_the_trials_so_far(tmp_path, stan
         check(tmp_path, plant=0.05)  # the calibration's first measurement
 
 
+def test_a_budget_stops_starting_trials_and_keeps_those_done(tmp_path, stand_in, monkeypatch):
+    clock = iter(range(0, 10_000, 10))  # each look at the clock 10 s later
+    monkeypatch.setattr(decision_check.time, "monotonic", lambda: next(clock))
+    result = check(tmp_path, plant=None, trials=50, budget_s=25)
+    assert not result["complete"] and result["failure"]["status"] == "budget" and "--budget" in result["failure"]["message"]
+    assert 0 < result["trials_done"] < 50 and result["judged_measurements"] == result["trials_done"]
+    assert "INCOMPLETE: budget" in decision_check.render(result)
+
+
 # ----------------------------------------------------------------------------- timing method, L2 shapes, honest candidates
 
 

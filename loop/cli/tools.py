@@ -81,6 +81,8 @@ def add_decision_check(sub) -> None:
     sp.add_argument("--dtype", help="benchmark dtype (default: the one an iteration times, the spec's first)")
     sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh inputs of every trial")
     sp.add_argument("--timeout", type=duration, help="limit for each judged measurement (default: an iteration's)")
+    sp.add_argument("--budget", type=duration, help="start no trial after this long (e.g. 8m): the report is then "
+                                                   "incomplete, with every trial finished (exit 1)")
     sp.add_argument("--out", type=Path, help="also write the markdown report to this file")
     common(sp, run_opt=False)
 
@@ -131,7 +133,8 @@ def cmd_decision_check(args, settings) -> int:
         result = decision_check.run(args.target, trials=args.trials, plant=args.plant, scenarios=args.scenarios,
                                     shapes=args.shapes, device=args.device, target_backend=args.target_backend,
                                     dtype=args.dtype, seed=args.seed, settings=settings, workdir=Path(tmp),
-                                    timeout_s=args.timeout, method=args.method, l2_multiples=args.l2_multiples)
+                                    timeout_s=args.timeout, method=args.method, l2_multiples=args.l2_multiples,
+                                    budget_s=args.budget)
     text = decision_check.render(result)
     if args.out:
         atomic_write_text(args.out, text + "\n")

@@ -231,11 +231,15 @@ def outcome(backend: str, raw: dict, folder: Path, inc_src: str, cand_src: str) 
 def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[str] | None, shapes: list | None,
         device: str, target_backend: str | None, dtype: str | None, seed: int, settings, workdir: Path,
         timeout_s: float | None = None, log: Callable[[str], None] | None = None,
-        policy: decide.Policy | None = None, method: str = "auto", l2_multiples: Sequence[float] | None = None) -> dict:
+        policy: decide.Policy | None = None, method: str = "auto", l2_multiples: Sequence[float] | None = None,
+        budget_s: float | None = None) -> dict:
     """Run the check, one judged measurement per trial and scenario, and return the result (the `--json`
     payload less schema/command). `timeout_s` limits each judged measurement (default: an iteration's).
     `method` forces the timing method of every measurement (auto: the judge's choice); `l2_multiples`
     times shapes whose inputs and outputs are those multiples of the L2 (`l2_shapes`) instead of `shapes`.
+
+    `budget_s`: no trial starts after this many seconds; the result is then incomplete (failure status
+    `budget`) with every trial finished so far.
 
     `policy` is the loop's default Policy unless given (tests pass a lower `suspicious`)."""
     log = log or plain_log
@@ -278,6 +282,10 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
             planted = planted_source(plain, entry, size, device)
             sources.update(slowdown=(plain, planted), speedup=(planted, plain))
         for t in range(trials):
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                failure = {"status": "budget", "message": f"no trial started after {budget_s:g} s (--budget): "
+                           f"{t} of {trials} trial(s) of every scenario done"}
+                break
             k = t % len(scenarios)  # rotate the order, so no scenario always runs first after a pause
             for scenario in list(scenarios[k:]) + list(scenarios[:k]):
                 cand_key = None
