@@ -7,9 +7,10 @@ broken), and then forks one kernel process per request of the judge, which runs 
 loop as `python -m loop.worker --serve` (warm-up included), without importing torch again.
 
 Unless TILELOOP_PID_NAMESPACE=0 (or the system forbids it), the zygote first puts its children in a
-PID namespace of their own (`loop.common.processes.new_pid_namespace`) and forks its init (pid 1
-there), which does the imports and forks the kernel processes: they cannot name the judge, the
-orchestrator or any process outside, so they cannot signal them. Without a namespace the zygote
+PID namespace and a mount namespace of their own (`loop.common.namespaces.new_pid_namespace`) and
+forks its init (pid 1 there), which mounts their own /proc (the CUDA driver fails where getpid()
+and /proc disagree), does the imports and forks the kernel processes: they cannot name the judge,
+the orchestrator or any process outside, so they cannot signal them. Without a namespace the zygote
 does this itself, as a subreaper (a kernel process's orphans come back to it, where the judge
 finds them).
 
@@ -33,7 +34,7 @@ import struct
 import sys
 import traceback
 
-from loop.common.namespaces import drop_capabilities, new_pid_namespace
+from loop.common.namespaces import drop_capabilities, mount_proc, new_pid_namespace, outer_pid
 from loop.common.processes import become_subreaper, die_with_parent, drop_bounding_set, set_dumpable
 
 
@@ -41,10 +42,9 @@ def main(control_fd: int) -> int:
     control = socket.socket(fileno=control_fd)
     set_dumpable(False)  # the kernel processes' siblings hold the judge's sockets: out of their reach
     namespace = new_pid_namespace()
-    drop_bounding_set()  # confined as a kernel process is, once the namespace is made
-    drop_capabilities()
     if namespace != "own":
-        return init(control, namespace, become_subreaper())
+        _drop_capabilities()
+        return init(control, namespace, become_subreaper(), None)
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -52,11 +52,16 @@ def main(control_fd: int) -> int:
         if os.getppid() not in (parent, 0):  # 0: its parent is outside its namespace
             os._exit(137)
         try:
-            code = init(control, namespace, False)
+            host_proc = mount_proc()
+            _drop_capabilities()
+            if host_proc is None:
+                raise RuntimeError("the init of the kernel processes' namespaces could not mount their /proc")
+            code = init(control, namespace, False, host_proc)
         except BaseException:  # noqa: BLE001 - said in the log, then the namespace ends with its init
             traceback.print_exc()
             code = 1
         os._exit(code)
+    _drop_capabilities()
     control.send(json.dumps({"init": pid}).encode())
     while True:
         try:
@@ -66,9 +71,16 @@ def main(control_fd: int) -> int:
             continue
 
 
-def init(control: socket.socket, namespace: str, subreaper: bool) -> int:
+def _drop_capabilities() -> None:
+    """Confined as a kernel process is, once the namespaces are made (and, in the init, /proc mounted)."""
+    drop_bounding_set()
+    drop_capabilities()
+
+
+def init(control: socket.socket, namespace: str, subreaper: bool, host_proc: int | None) -> int:
     """Import what a kernel process needs, say so, then fork one per request until the judge closes
-    `control`; each kernel process's exit code goes to its status socket when it is reaped."""
+    `control`; each kernel process's exit code goes to its status socket when it is reaped.
+    `host_proc`: an fd of the judge's /proc, in a namespace of their own (`mount_proc`)."""
     import torch
 
     import loop.worker.serve  # noqa: F401 - the serve loop and everything it imports, once
@@ -95,8 +107,8 @@ def init(control: socket.socket, namespace: str, subreaper: bool) -> int:
                 for pid in kernels:
                     _kill_group(pid)
                 return 0
-            pid = fork_kernel(json.loads(message), fds, [control.fileno(), wake_r, wake_w,
-                                                          *(s.fileno() for s in kernels.values())])
+            pid = fork_kernel(json.loads(message), fds, host_proc,
+                              [control.fileno(), wake_r, wake_w, *(s.fileno() for s in kernels.values())])
             kernels[pid] = socket.socket(fileno=fds[3])
             for fd in fds[:3]:
                 os.close(fd)
@@ -134,7 +146,7 @@ def reap(kernels: dict[int, socket.socket]) -> None:
             sock.close()
 
 
-def fork_kernel(request: dict, fds: list[int], close: list[int]) -> int:
+def fork_kernel(request: dict, fds: list[int], host_proc: int | None, close: list[int]) -> int:
     """Fork one kernel process on the request's fds (read, write, log, status); its pid here."""
     if len(fds) != 4:
         raise RuntimeError(f"a fork request came with {len(fds)} fds, not 4")
@@ -143,7 +155,7 @@ def fork_kernel(request: dict, fds: list[int], close: list[int]) -> int:
     if pid:
         return pid
     try:
-        code = kernel(request, fds, close, parent)
+        code = kernel(request, fds, host_proc, close, parent)
     except BaseException:  # noqa: BLE001 - in the kernel process's log; its exit code says it failed
         traceback.print_exc()
         code = 1
@@ -152,7 +164,7 @@ def fork_kernel(request: dict, fds: list[int], close: list[int]) -> int:
     os._exit(code)
 
 
-def kernel(request: dict, fds: list[int], close: list[int], parent: int) -> int:
+def kernel(request: dict, fds: list[int], host_proc: int | None, close: list[int], parent: int) -> int:
     """In the forked child: confined as a kernel process is, its pid given to the judge, then the
     serve loop."""
     signal.set_wakeup_fd(-1)
@@ -163,9 +175,10 @@ def kernel(request: dict, fds: list[int], close: list[int], parent: int) -> int:
     die_with_parent()
     if os.getppid() != parent:
         return 137
-    if request.get("pid_file"):  # for `tileloop resume`: its pid as the judge names it (/proc is the judge's)
-        host_pid = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("NSpid:")),
-                        str(os.getpid()))
+    host_pid = os.getpid() if host_proc is None else outer_pid(host_proc)
+    if host_proc is not None:
+        os.close(host_proc)  # the judge's /proc: never in reach of kernel code
+    if request.get("pid_file"):  # for `tileloop resume`: its pid as the judge names it
         part = f"{request['pid_file']}.part"
         with open(part, "w") as pid_file:
             pid_file.write(f"{host_pid}\n")
