@@ -15,11 +15,11 @@ by the zygote after its fork): its own session, SIGKILL when its parent dies (th
 zygote's init, which dies with the zygote, which dies with the judge), no new privileges from any
 exec, every capability dropped (a root kernel process keeps its uid, not CAP_SYS_PTRACE), only its
 two pipes and its log inherited. Unless TILELOOP_PID_NAMESPACE=0 (or the system forbids it) the
-zygote's kernel processes are in a PID namespace of their own (with a user namespace mapping the
-judge's own uid when the judge is not root): they cannot name the judge, the orchestrator or any
-process outside it, so they cannot signal them (kill, pidfd_send_signal on an fd of
-/proc/<pid>). The judge learns each one's pid as it names it from the credentials the kernel
-translates (SCM_CREDENTIALS).
+zygote's kernel processes are in a PID namespace of their own (with a mount namespace and a /proc
+of their own, and a user namespace mapping the judge's own uid when the judge is not root): they
+cannot name the judge, the orchestrator or any process outside it, so they cannot signal them
+(kill; no /proc/<pid> to take a pidfd of). The judge learns each one's pid as it names it from the
+credentials the kernel translates (SCM_CREDENTIALS).
 
 The judge guards itself first (`guard_judge`): not dumpable (a process of the same user without
 CAP_SYS_PTRACE cannot attach to it, read or write its memory through /proc/<pid>/mem or
