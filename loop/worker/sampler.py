@@ -1,7 +1,7 @@
 """One implementation's timed work in its kernel process, one sample at a time, for the judge that
 interleaves the implementations' processes (`loop.judge.bench`). The rules are those of
 `loop.common.timing` (warm-up, CUDA graphs of `calls` launches for short calls rotating over the
-input sets, an L2 flush before an eager call, the whole device synchronized before the end event);
+input sets, an L2 flush and a spin before an eager call, `timing.eager_sample`);
 only the round loop lives in the judge.
 
 A sample is the device time of one graph replay divided by its calls, or of one eager call (CUDA
@@ -98,8 +98,8 @@ class Sampler:
             if not empty:
                 self.fn(0)
             return (time.perf_counter() - started) * 1e3
-        start, end = self.clock.event(), self.clock.event()
         if self.graph is not None:
+            start, end = self.clock.event(), self.clock.event()
             # the GPU kept busy while the start event and the replay are queued: the replay's launch from
             # the host is not timed (it took longer in the first sample of a request, seen on an H100)
             self.torch.cuda._sleep(SPIN_CYCLES)
@@ -108,11 +108,7 @@ class Sampler:
                 call_impl(self.label, "call", self.graph.replay)
             end.record()
         else:
-            self.flush.zero_()
-            start.record()
-            if not empty:
-                self.fn(rnd % len(self.sets))
-            self.sync()
-            end.record()
-        self.sync()
+            start, end = call_impl(self.label, "call", timing.eager_sample, self.torch, self.clock, self.flush,
+                                   (lambda: None) if empty else (lambda: self.fn(rnd % len(self.sets))))
+        self.sync()  # work hidden on another stream ends here, inside the request the judge times
         return start.elapsed_time(end) / self.calls
