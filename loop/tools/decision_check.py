@@ -244,14 +244,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     `policy` is the loop's default Policy unless given (tests pass a lower `suspicious`)."""
     log = log or plain_log
     policy = policy or decide.Policy()
-    if scenarios is None:
-        scenarios = ROUTINE_SCENARIOS if plant else ("aa",)
-    if plant is None and any(s in PLANTED for s in scenarios):
-        raise UserError("the slowdown and speedup scenarios need --plant FRACTION (e.g. --plant 0.03)")
-    if method not in METHODS:
-        raise UserError(f"--method is one of {', '.join(METHODS)}, got {method!r}")
-    if l2_multiples and shapes:
-        raise UserError("--shapes and --l2-multiples both name the shapes: pass one of them")
+    scenarios = _scenarios(scenarios, plant, method, l2_multiples, shapes)
     kernel, backend, probe = _kernel_and_backend(target, device, target_backend, settings, log)
     entry, bench_dtype = _plant_entry(kernel) if plant else None, _bench_dtype(kernel, device, dtype)
     sizing = None
@@ -282,9 +275,7 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
             planted = planted_source(plain, entry, size, device)
             sources.update(slowdown=(plain, planted), speedup=(planted, plain))
         for t in range(trials):
-            if budget_s is not None and time.monotonic() - started > budget_s:
-                failure = {"status": "budget", "message": f"no trial started after {budget_s:g} s (--budget): "
-                           f"{t} of {trials} trial(s) of every scenario done"}
+            if failure := _past_budget(budget_s, started, t, trials):
                 break
             k = t % len(scenarios)  # rotate the order, so no scenario always runs first after a pause
             for scenario in list(scenarios[k:]) + list(scenarios[:k]):
@@ -315,6 +306,27 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
             "per_trial": rows, "proof": judged.proof,
             "measured_by": "judge", "judged_measurements": judged.count,
             "env": {k: probe.get(k) for k in ENV_KEYS}, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def _scenarios(scenarios: Sequence[str] | None, plant: float | None, method: str, l2_multiples, shapes) -> Sequence[str]:
+    """The scenarios to run (the default where none are named), or a UserError for arguments that disagree."""
+    if scenarios is None:
+        scenarios = ROUTINE_SCENARIOS if plant else ("aa",)
+    if plant is None and any(s in PLANTED for s in scenarios):
+        raise UserError("the slowdown and speedup scenarios need --plant FRACTION (e.g. --plant 0.03)")
+    if method not in METHODS:
+        raise UserError(f"--method is one of {', '.join(METHODS)}, got {method!r}")
+    if l2_multiples and shapes:
+        raise UserError("--shapes and --l2-multiples both name the shapes: pass one of them")
+    return scenarios
+
+
+def _past_budget(budget_s: float | None, started: float, t: int, trials: int) -> dict | None:
+    """The check's failure when `budget_s` has passed before trial `t` starts, else None."""
+    if budget_s is None or time.monotonic() - started <= budget_s:
+        return None
+    return {"status": "budget", "message": f"no trial started after {budget_s:g} s (--budget): "
+            f"{t} of {trials} trial(s) of every scenario done"}
 
 
 def _trial(judged: Judged, pair: tuple[str, str], which: tuple, policy: decide.Policy, seed: int, view: ProgressView,
