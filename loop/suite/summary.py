@@ -70,7 +70,8 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
         "final": final_rows, "final_largest": final_large,
         "iterations": len(experiments),
         "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash", "unmeasured")},
-        "median_iteration_wall_s": statistics.median(r.wall_s for r in experiments) if experiments else None,
+        "median_iteration_wall_s": statistics.median(walls) if (walls := [r.wall_s for r in experiments if not interrupted(r)])
+        else None,
         "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
         "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
         "cut_off": cut_off, "suite_wall_s": wall_s,
@@ -84,8 +85,15 @@ def from_records(recs: list[Record]) -> dict:
     resumed run), and the best version's distance to its roofline as the run's lever analysis read it."""
     best = next((r for r in reversed(recs) if r.status == "keep"), None)
     where = roofline(best, recs[0].target_backend) if best else None
-    return {"experiment_wall_s": [r.wall_s for r in recs[1:]], "records_wall_s": round(sum(r.wall_s for r in recs), 3),
+    done = [r for r in recs[1:] if not interrupted(r)]
+    return {"experiment_wall_s": [r.wall_s for r in done], "records_wall_s": round(sum(r.wall_s for r in recs), 3),
             "roofline": where.basis if where else None}
+
+
+def interrupted(r: Record) -> bool:
+    """An experiment the run's stop cut (a crash record of no wall time, tried again on resume): no
+    experiment's time, and not one of the experiments a run made."""
+    return r.status == "crash" and (r.decision or {}).get("verdict") == "interrupted"
 
 
 def _f(x, fmt="{:.6f}") -> str:

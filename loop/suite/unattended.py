@@ -105,7 +105,7 @@ def rows(entries: list[dict]) -> list[Row]:
             out.append(Row(
                 op=e["op"], language=e["language"], shape=_shape(r["shape"]), dtype=r["dtype"], best_ms=best,
                 eager_ms=eager, compile_ms=_ms(r.get("torch.compile (ms)")),
-                clone_fraction=None if dense else _fraction(frac), experiments=int(e["iterations"]),
+                clone_fraction=None if dense else _fraction(frac), experiments=len(e["experiment_wall_s"]) if isinstance(e.get("experiment_wall_s"), list) else int(e["iterations"]),
                 wall_s=wall_s(e)[0], matmul_ms=eager if e["op"] == MATMUL_OP else None, memory_bound=not dense,
                 largest=(r["shape"], r["dtype"]) == (big.get("shape"), big.get("dtype")), finished=finished(e)))
     return out
