@@ -26,6 +26,7 @@ HANDED_ON = {
     "loop/worker/environment.py": "the Tile IR variables in force in this worker, for the environment fingerprint",
     "loop/worker/aot.py": "TRITON_INTERPRET removed before an ahead-of-time build in this worker",
     "loop/tools/doctor.py": "the isolation probe's child: the caller's environment, this tileloop importable",
+    "loop/tools/campaign.py": "the L2 sizing's child (a spec's make_inputs): the caller's environment, this tileloop importable",
 }
 CHILD_PROTOCOL = {"TILELOOP_PARENT_PID"}  # set by tileloop for its children, never by a user
 

@@ -10,12 +10,12 @@ import os
 import sys
 from pathlib import Path
 
+from loop.common import settings
 from loop.common.processes import status_of
 
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
-NAMESPACE_ENV = "TILELOOP_PID_NAMESPACE"  # "0": kernel processes share the judge's PID namespace
 _CAPABILITY_V3 = 0x20080522
 
 
@@ -46,8 +46,8 @@ def new_pid_namespace(user: bool | None = None) -> str:
     included), so a failure leaves this process as it was. Off when TILELOOP_PID_NAMESPACE=0."""
     if not sys.platform.startswith("linux"):
         return f"unavailable: {sys.platform} has no PID namespaces"
-    if os.environ.get(NAMESPACE_ENV, "1") == "0":
-        return f"unavailable: turned off ({NAMESPACE_ENV}=0)"
+    if not settings.load().pid_namespace:
+        return f"unavailable: turned off ({settings.PID_NAMESPACE_ENV}=0)"
     tried = []
     for with_user in ([False, True] if not user and os.geteuid() == 0 else [True]):
         why = _in_a_child(lambda: _enter(with_user) or _trial_init())

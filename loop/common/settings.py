@@ -38,6 +38,8 @@ def _bool(name: str, raw: str) -> bool:
         raise UserError(f"{name} must be one of 1/0/true/false/yes/no, got {raw!r}") from None
 
 
+ZYGOTE_ENV = "TILELOOP_ZYGOTE"  # 0: every kernel process a fresh interpreter of its own
+PID_NAMESPACE_ENV = "TILELOOP_PID_NAMESPACE"  # 0: kernel processes share the judge's PID namespace
 KILL_STAGES = ("apply", "commit", "verify", "measure", "decide", "record")
 
 
@@ -50,6 +52,10 @@ class Settings:
     keep_worker_dirs: bool = True
     # an unattended run forks each judge from one process that imported torch once (loop/judge/host.py)
     judge_host: bool = True
+    # kernel processes forked by a zygote per judge (loop/worker/zygote.py), else each a fresh interpreter
+    zygote: bool = True
+    # kernel processes in a PID (and mount) namespace of their own, where the machine allows one
+    pid_namespace: bool = True
     # fault injection for tests: the orchestrator SIGKILLs itself on entering this stage
     test_kill_at: str | None = None
     # fault injection for unattended-run tests: iteration -> a file whose source replaces that candidate
@@ -68,6 +74,9 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         kwargs["keep_worker_dirs"] = _bool("TILELOOP_KEEP_WORKER_DIRS", env["TILELOOP_KEEP_WORKER_DIRS"])
     if "TILELOOP_JUDGE_HOST" in env:
         kwargs["judge_host"] = _bool("TILELOOP_JUDGE_HOST", env["TILELOOP_JUDGE_HOST"])
+    for name, key in ((ZYGOTE_ENV, "zygote"), (PID_NAMESPACE_ENV, "pid_namespace")):
+        if name in env:
+            kwargs[key] = _bool(name, env[name])
     if env.get("TILELOOP_TEST_KILL_AT"):
         stage = env["TILELOOP_TEST_KILL_AT"]
         if stage not in KILL_STAGES:

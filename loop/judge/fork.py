@@ -50,10 +50,10 @@ import sys
 import time
 from pathlib import Path
 
+from loop.common import settings
 from loop.common.processes import (PARENT_ENV, become_subreaper, confine_child, confine_zygote,
                                    isolation_of, record_pid, set_dumpable)
 
-ZYGOTE_ENV = "TILELOOP_ZYGOTE"  # "0": every kernel process a fresh interpreter of its own
 READY_S = 600.0  # the longest the zygote may take to import torch and Triton (a loaded machine)
 _GUARD: dict[str, bool] = {}
 _SPAWNED: dict[int, str] = {}  # kernel pid -> "zygote" | "fresh exec"
@@ -114,7 +114,7 @@ class Zygote:
     @classmethod
     def start(cls, workdir: Path, log_path: Path) -> "Zygote | None":
         """The zygote, started (it imports while the judge goes on); None where none can be used."""
-        if not sys.platform.startswith("linux") or os.environ.get(ZYGOTE_ENV, "1") == "0":
+        if not sys.platform.startswith("linux") or not settings.load().zygote:
             return None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         zygote_log = log_path.with_name(log_path.name.removesuffix(".kernel.log") + ".zygote.log")
