@@ -4,12 +4,15 @@ CUDA Tile IR (nvtriton with ENABLE_TILE=1, and cuTile) has an unordered memory m
 accesses are not ordered unless tokens say so. Kernels that rely on ordering (aliasing between a
 load and a store, cross-block reductions through atomics, split-K / stream-K) can silently give
 wrong results; some Triton ops are not supported at all and make nvtriton fall back to PTX.
+The kernels scanned, nested ones included, are those `loop.common.kernel_source` reads.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import asdict, dataclass
+
+from loop.common import kernel_source
 
 UNSUPPORTED_TRITON = {
     "inline_asm_elementwise": "tt.elementwise_inline_asm is not supported by the Tile IR backend (falls back to PTX)",
@@ -63,18 +66,10 @@ def _base_name(expr: ast.AST) -> str | None:
             return None
 
 
-def _is_kernel(fn: ast.FunctionDef) -> bool:
-    for dec in fn.decorator_list:
-        target = dec.func if isinstance(dec, ast.Call) else dec
-        if _attr_name(target) in ("jit", "kernel", "autotune", "heuristics"):
-            return True
-    return False
-
-
 def scan(source: str, language: str) -> list[Hazard]:
     tree = ast.parse(source)
     out: list[Hazard] = []
-    for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_kernel(n)]:
+    for fn in [n for n in kernel_source.kernels(tree, nested=True) if isinstance(n, ast.FunctionDef)]:
         params = {a.arg for a in fn.args.args}
         root = {p: p for p in params}  # local names that are pointer arithmetic on a parameter
         for node in ast.walk(fn):

@@ -25,6 +25,7 @@ import copy
 from collections import Counter
 from typing import Callable
 
+from loop.common import kernel_source
 from loop.decide.measurable import Change
 from loop.target.canonical import canonical, drop_dead, dump, is_config, is_launch, is_literal
 
@@ -41,14 +42,10 @@ def _name(node: ast.AST) -> str:
     return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
-def _device(fn: ast.AST) -> bool:
-    return isinstance(fn, ast.FunctionDef) and any(
-        _name(d.func if isinstance(d, ast.Call) else d) in ("jit", "kernel", "autotune", "heuristics")
-        for d in fn.decorator_list)
-
-
-def _launched(call: ast.Call) -> str:
-    return _name(call.func.value) if is_launch(call) else ""
+def _kernels(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The module-level kernels (`loop.common.kernel_source`; async functions are not launched)."""
+    imports = kernel_source.imported_names(tree)
+    return [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and kernel_source.is_kernel(fn, imports)]
 
 
 # ----------------------------------------------------------------------------- autotune: the first config
@@ -122,11 +119,11 @@ def autotune_layer(tree: ast.Module, _ctx) -> ast.Module:
     assigned = {s.targets[0].id: s.value for s in tree.body
                 if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)}
     plain: dict[str, tuple[dict, list]] = {}
-    for fn in tree.body:
-        if not _device(fn):
-            continue
+    imports = kernel_source.imported_names(tree)
+    for fn in _kernels(tree):
         for dec in list(fn.decorator_list):
-            if isinstance(dec, ast.Call) and _name(dec.func) == "autotune":
+            name = kernel_source.decorator_name(dec, imports)
+            if isinstance(dec, ast.Call) and kernel_source.is_kernel_decorator(name) and name.endswith(".autotune"):
                 configs = next((k.value for k in dec.keywords if k.arg == "configs"), dec.args[0] if dec.args else None)
                 cfg = first_config(configs, assigned) if configs is not None else None
                 launch = config_launch(cfg) if cfg is not None else None
@@ -134,8 +131,8 @@ def autotune_layer(tree: ast.Module, _ctx) -> ast.Module:
                     fn.decorator_list.remove(dec)
                     plain[fn.name] = launch
     for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and _launched(call) in plain:
-            meta, kws = plain[_launched(call)]
+        if isinstance(call, ast.Call) and kernel_source.launched(call) in plain:
+            meta, kws = plain[kernel_source.launched(call)]
             grid = call.func.slice
             if isinstance(grid, ast.Lambda) and len(grid.args.args) == 1:
                 call.func.slice = _MetaValue(grid.args.args[0].arg, meta).visit(copy.deepcopy(grid.body))
@@ -169,12 +166,12 @@ def _persistent_loop(node: ast.AST, fn: ast.FunctionDef) -> bool:
 
 
 def persistent_kernels(tree: ast.Module) -> set[str]:
-    return {fn.name for fn in tree.body if _device(fn) and any(_persistent_loop(n, fn) for n in ast.walk(fn))}
+    return {fn.name for fn in _kernels(tree) if any(_persistent_loop(n, fn) for n in ast.walk(fn))}
 
 
 def persistent_layer(tree: ast.Module, ctx: set[str]) -> ast.Module:
-    for fn in tree.body:
-        if _device(fn) and fn.name in ctx:
+    for fn in _kernels(tree):
+        if fn.name in ctx:
             body = []
             for stmt in fn.body:
                 if _persistent_loop(stmt, fn):
@@ -184,7 +181,7 @@ def persistent_layer(tree: ast.Module, ctx: set[str]) -> ast.Module:
                     body.append(stmt)
             fn.body = body
     for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and _launched(call) in ctx:
+        if isinstance(call, ast.Call) and kernel_source.launched(call) in ctx:
             call.func.slice = ast.Name(id=GRID_ASIDE, ctx=ast.Load())
     return drop_dead(tree)
 

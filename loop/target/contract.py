@@ -25,6 +25,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from loop.common import kernel_source
 from loop.common.errors import UserError
 from loop.common.language import Language, detect_language
 
@@ -119,15 +120,9 @@ def _dtype_literal(node: ast.expr) -> str | None:
 
 def spec_entry(spec_tree: ast.Module) -> str | None:
     """The entry point the spec names: None for the spec's own `entry(target, **inputs)` adapter,
-    else its ENTRY string (default "run")."""
-    names = _top_level_names(spec_tree)
-    if "entry" in names:
-        return None
-    for node in spec_tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ENTRY" for t in node.targets):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                return node.value.value
-    return "run"
+    else its ENTRY string (default "run"); read by `loop.common.kernel_source.spec_entry`."""
+    entry = kernel_source.spec_entry(spec_tree)
+    return None if entry.adapter else entry.names[0]
 
 
 def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:

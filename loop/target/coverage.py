@@ -3,7 +3,8 @@
 The worker records which of the target's kernels launched over the checked shapes, and which of its
 host functions were called (`loop.worker.launches`). Here, from the two sources alone: which
 top-level functions the change touched, which of them are device code (`@triton.jit`, `@ct.kernel`,
-or a helper they call), and which device code the launched kernels reach. A change none of whose
+or a helper they call), and which device code the launched kernels reach (the kernels and the
+call graph as `loop.common.kernel_source` reads them). A change none of whose
 functions ran cannot have been checked: the run does not keep it (`unexercised`). Module-level
 statements and class bodies count as exercised: they run on import; except declarations a change
 only adds for its functions (an import of the standard library or of a module the file already
@@ -16,30 +17,14 @@ from __future__ import annotations
 import ast
 import sys
 
-DEVICE_DECORATORS = ("jit", "kernel", "autotune", "heuristics")
+from loop.common import kernel_source
 
-
-def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-
-
-def _is_device(fn: ast.FunctionDef) -> bool:
-    for dec in fn.decorator_list:
-        node = dec.func if isinstance(dec, ast.Call) else dec
-        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-        if name in DEVICE_DECORATORS:
-            return True
-    return False
-
-
-def _calls(fn: ast.FunctionDef, names: set[str]) -> set[str]:
-    return {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names}
 
 
 def touched(before: str, after: str) -> tuple[set[str], bool]:
     """(top-level functions whose code differs, whether anything outside functions differs)."""
     old, new = ast.parse(before), ast.parse(after)
-    f_old, f_new = _functions(old), _functions(new)
+    f_old, f_new = kernel_source.functions(old), kernel_source.functions(new)
     changed = {name for name in f_old.keys() | f_new.keys()
                if name not in f_old or name not in f_new or ast.dump(f_old[name]) != ast.dump(f_new[name])}
     rest_old = [n for n in old.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -88,20 +73,15 @@ def unexercised(before: str, after: str, launched: list[str], called: list[str] 
         tree = ast.parse(after)
     except SyntaxError:
         return []
-    functions = _functions(tree)
+    functions = kernel_source.functions(tree)
     if elsewhere or not changed:
         return []
-    device = {name for name, fn in functions.items() if _is_device(fn)}
+    imports = kernel_source.imported_names(tree)
+    device = {name for name, fn in functions.items() if kernel_source.is_device(fn, imports)}
     host = [name for name in changed if name in functions and name not in device]
     if host and (called is None or any(name in called for name in host)):
         return []  # host code changed that ran, or that may have: the checks saw it
-    reached, frontier = set(), [name for name in launched if name in functions]
-    while frontier:
-        name = frontier.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        frontier += _calls(functions[name], set(functions))
+    reached = kernel_source.reached(tree, launched)
     present = [name for name in changed if name in functions]
     if any(name in reached for name in present):
         return []  # part of the change ran: the checks saw it

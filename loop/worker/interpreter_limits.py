@@ -2,13 +2,15 @@
 from the source and the failure: `.to()` on a scalar argument (the interpreter passes Python
 numbers), libdevice functions (`tl.extra.libdevice`, `triton.language.extra.cuda.libdevice`),
 inline assembly. The GPU runs all of them; the CPU check names the construct and its line instead
-of a stack trace."""
+of a stack trace. The kernels are those `loop.common.kernel_source` reads."""
 
 from __future__ import annotations
 
 import ast
 import traceback
 from pathlib import Path
+
+from loop.common import kernel_source
 
 SCALAR_TO = "object has no attribute 'to'"
 
@@ -48,7 +50,7 @@ def interpreter_limits(source: str, message: str, line: int | None = None) -> tu
 def _constructs(tree: ast.Module) -> list[tuple[str, str, int]]:
     """(kind, what, line) of every construct the interpreter cannot run, in source order: calls to
     libdevice functions at their call (the import when none is called)."""
-    kernels = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)]
+    kernels = [fn for fn in kernel_source.kernels(tree) if isinstance(fn, ast.FunctionDef)]
     scalars = {a.arg for fn in kernels for a in fn.args.args if not a.arg.endswith("_ptr") and a.annotation is None}
     libdevice_names, libdevice_imports = set(), []
     for node in ast.walk(tree):
@@ -73,6 +75,3 @@ def _constructs(tree: ast.Module) -> list[tuple[str, str, int]]:
         found += libdevice_imports[:1]
     return sorted(found, key=lambda f: f[2])
 
-
-def _is_jit(fn: ast.FunctionDef) -> bool:
-    return any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in fn.decorator_list)

@@ -3,7 +3,8 @@
 A spec calls the target through `ENTRY = "<function>"` (default `run`), or through an adapter
 `def entry(target, **inputs)` that overrides ENTRY; for an adapter, the entry points are the
 attributes it reads of its first parameter (`target.LigerRMSNormFunction.apply(...)` names
-LigerRMSNormFunction). The names go to `playbook.analysis.analyze(entry=...)`, which follows them
+LigerRMSNormFunction). The reading is `loop.common.kernel_source.spec_entry`, the one the target's
+contract checks use. The names go to `playbook.analysis.analyze(entry=...)`, which follows them
 through the target's host code (playbook/cst/program.py).
 """
 
@@ -11,33 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import libcst as cst
-
-from playbook.cst.program import DEFAULT_ENTRY, refs
+from loop.common.kernel_source import spec_entry_of
 
 
 def spec_entry(spec_source: str) -> tuple[str, ...]:
     """The names of the target that the spec calls; `("run",)` by default, `()` when an adapter
-    reads nothing of the target by name (then the target's own default applies)."""
-    try:
-        module = cst.parse_module(spec_source)
-    except cst.ParserSyntaxError:
-        return ()
-    adapter = next((s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == "entry"), None)
-    if adapter is not None:
-        ps = [*adapter.params.posonly_params, *adapter.params.params]
-        if not ps:
-            return ()
-        target = ps[0].name.value
-        return tuple(sorted({attr for base, attr in refs(adapter.body).attrs if base == target}))
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if (isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == "ENTRY"
-                                                          for t in small.targets)
-                        and isinstance(small.value, cst.SimpleString)):
-                    return (str(small.value.evaluated_value),)
-    return (DEFAULT_ENTRY,)
+    reads nothing of the target by name, is no function of the spec's own, or the spec does not
+    parse (then the target's own default applies). Read by `loop.common.kernel_source`."""
+    entry = spec_entry_of(spec_source)
+    return entry.names if entry is not None else ()
 
 
 def entry_beside(target: Path) -> tuple[str, ...]:

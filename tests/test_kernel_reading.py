@@ -1,0 +1,132 @@
+"""The one reading of a kernel file (loop.common.kernel_source), and the cases where the readings it
+replaced disagreed: each reader of a target now sees the same kernels and the same entry point."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from loop.common import kernel_source
+from loop.target.contract import spec_entry as contract_entry
+from loop.target.coverage import unexercised
+from loop.worker.interpreter_limits import interpreter_limits
+from playbook.cst.entry import spec_entry as playbook_entry
+from playbook.hazards import scan
+
+ALIASED = '''
+import triton as tr
+import triton.language as tl
+from triton import jit, autotune
+import numba
+
+
+@tr.jit
+def a(x_ptr):
+    pass
+
+
+@autotune(configs=[], key=[])
+@jit
+def b(x_ptr):
+    pass
+
+
+@tr.heuristics({"EVEN": lambda args: True})
+@tr.jit
+def c(x_ptr):
+    pass
+
+
+@numba.jit
+def host_math(n):
+    return n
+
+
+def run(x):
+    a[(1,)](x)
+    return host_math(3)
+'''
+
+
+def names(fns) -> list[str]:
+    return [f.name for f in fns]
+
+
+def test_kernels_are_read_through_the_imports():
+    tree = ast.parse(ALIASED)
+    assert names(kernel_source.kernels(tree)) == ["a", "b", "c"]
+
+
+def test_a_jit_of_another_library_is_no_kernel():
+    tree = ast.parse("import numba\nfrom torch import jit\n\n@numba.jit\ndef f(n):\n    pass\n\n@jit.script\ndef g(n):\n    pass\n")
+    assert kernel_source.kernels(tree) == []
+
+
+def test_cutile_kernels_and_device_functions():
+    src = "import cuda.tile as ct\n\n@ct.kernel\ndef k(x):\n    pass\n\n@ct.function\ndef h(x):\n    pass\n"
+    tree = ast.parse(src)
+    assert names(kernel_source.kernels(tree)) == ["k"]
+    assert sorted(kernel_source.device_functions(tree)) == ["h", "k"]
+
+
+def test_nested_kernels_are_read_when_asked():
+    src = "import triton\n\ndef make():\n    @triton.jit\n    def k(x):\n        pass\n    return k\n"
+    tree = ast.parse(src)
+    assert kernel_source.kernels(tree) == [] and names(kernel_source.kernels(tree, nested=True)) == ["k"]
+
+
+def test_launches_and_the_forward_call_graph():
+    src = "def run(x):\n    return helper(x)\n\ndef helper(x):\n    mod.k[(1,)](x)\n\ndef unused():\n    pass\n"
+    tree = ast.parse(src)
+    launches = [kernel_source.launched(c) for c in ast.walk(tree) if isinstance(c, ast.Call)]
+    assert "k" in launches
+    assert kernel_source.reached(tree, ["run"]) == {"run", "helper"}
+
+
+def test_a_jit_of_another_library_called_from_the_host_is_host_code():
+    # read by decorator name alone, @numba.jit was device code: a change to it was "unexercised"
+    # although the checks called it
+    after = ALIASED.replace("return n\n", "return n + 0\n")
+    assert unexercised(ALIASED, after, ["a"], ["run", "host_math"]) == []
+    assert unexercised(ALIASED, after, ["a"], ["run"]) == ["host_math"]
+
+
+def test_a_cutile_device_function_no_launched_kernel_calls_is_unexercised():
+    # read as host code before, a change to an unused @ct.function passed as "may have run"
+    before = ("import cuda.tile as ct\n\n@ct.function\ndef h(x):\n    return x\n\n"
+              "@ct.kernel\ndef k(x):\n    pass\n\ndef run(x):\n    ct.launch(None, (1,), k, (x,))\n")
+    after = before.replace("return x\n", "return x + 1\n")
+    assert unexercised(before, after, ["k"], None) == ["h"]
+    assert unexercised(before, after.replace("    pass\n", "    h(x)\n"), ["k"], None) == []
+
+
+def test_the_interpreter_limits_read_only_kernel_arguments():
+    # read by substring, `@numba.njit` made `n` a kernel's scalar argument
+    src = ("import numba\nimport triton\n\n@numba.njit\ndef host(n):\n    return n.to(1)\n\n"
+           "@triton.jit\ndef k(x_ptr, s):\n    y = s.to(1)\n")
+    message = "'float' object has no attribute 'to'"
+    assert interpreter_limits(src, message) == ("`s.to(...)` on a scalar argument (a Python number there)", 10)
+
+
+def test_hazards_scan_kernels_of_an_alias_only():
+    src = ("import triton as tr\nimport triton.language as tl\nimport numba\n\n@tr.jit\ndef k(p):\n"
+           "    tl.atomic_add(p, 1)\n\n@numba.jit\ndef f(p):\n    tl.atomic_add(p, 1)\n")
+    assert [h.line for h in scan(src, "triton") if h.code == "cross-block-atomic"] == [7]
+
+
+@pytest.mark.parametrize("spec,contract,playbook", [
+    ("ENTRY = 'fwd'\n", "fwd", ("fwd",)),
+    ("import torch\n", "run", ("run",)),
+    # an adapter bound by import or assignment is what the worker calls (getattr(spec, "entry")):
+    # the playbook read ENTRY there and followed a function the spec never calls
+    ("from adapters import entry\nENTRY = 'fwd'\n", None, ()),
+    ("entry = lambda target, **inputs: target.fwd(**inputs)\nENTRY = 'fwd'\n", None, ()),
+    # an annotated ENTRY, and the last of two, are what the spec runs with
+    ("ENTRY: str = 'fwd'\n", "fwd", ("fwd",)),
+    ("ENTRY = 'old'\nENTRY = 'fwd'\n", "fwd", ("fwd",)),
+    ("def entry(target, x):\n    return target.Fn.apply(x)\n", None, ("Fn",)),
+])
+def test_the_contract_and_the_playbook_read_one_entry_point(spec, contract, playbook):
+    assert contract_entry(ast.parse(spec)) == contract
+    assert playbook_entry(spec) == playbook
