@@ -2,9 +2,11 @@
 
 One module per command group: `lifecycle` (init, step, run, resume, demo), `target` (check, spec),
 `reading` (status, history, results, report, experience), `tools` (doctor, compile, profile,
-compare, decision-check), `playbook`, `suite`; `common` holds what they share. A new command is an `add_<name>(sub)` parser
-function and a `cmd_<name>(args, settings) -> int` in its group's PARSERS and COMMANDS, and its
-name in ORDER.
+compare, decision-check), `playbook`, `suite`; `common` holds what they share. A group is imported
+when one of its commands runs (or its options are parsed): `tileloop --help` imports none, `tileloop
+status` only `reading`. A new command is a `Command` in LISTED here (its name, its group, its line of
+`tileloop --help`), and an `add_<name>(sp)` filling its parser and a `cmd_<name>(args, settings) -> int`
+in its group's PARSERS and COMMANDS.
 
 Every command takes --json and then prints exactly one JSON object on stdout (schema
 `tileloop.cli/1`, described by the JSON Schemas in `schema/`); progress goes to stderr. Every failure is one line on stderr (`error: ...`) and,
@@ -16,23 +18,67 @@ traceback written to a log file that the line names, never to the terminal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
+import importlib
 import os
 import sys
+from types import ModuleType
 
 from loop import __version__
-from loop.cli import common, lifecycle, playbook, reading, suite, target, tools
+from loop.cli import common
 from loop.cli.common import CLI_SCHEMA, write_traceback
 from loop.common import arena, files
 from loop.common import settings as settings_mod
 from loop.common.errors import UserError
 
-GROUPS = (lifecycle, target, tools, reading, playbook, suite)
-PARSERS = {name: add for group in GROUPS for name, add in group.PARSERS.items()}
-COMMANDS = {name: cmd for group in GROUPS for name, cmd in group.COMMANDS.items()}
-# the order `tileloop --help` lists the commands in
-ORDER = ("init", "step", "run", "resume", "check", "spec", "doctor", "compile", "profile", "compare", "demo", "report", "experience",
-         "playbook", "suite", "decision-check", "status", "history", "results")
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A command by name: its group's module (under loop/cli) is imported only when the command runs
+    or its options are parsed."""
+
+    name: str
+    group: str
+    help: str
+
+    def module(self) -> ModuleType:
+        return importlib.import_module(f"loop.cli.{self.group}")
+
+    def fill(self, sp: argparse.ArgumentParser) -> None:
+        """The command's arguments and options, from its group."""
+        self.module().PARSERS[self.name](sp)
+
+    def __call__(self, args, settings) -> int:
+        return self.module().COMMANDS[self.name](args, settings)
+
+
+# every command, in the order `tileloop --help` lists them
+LISTED = (
+    Command("init", "lifecycle", "create the run branch and measure the baseline (iteration 0)"),
+    Command("step", "lifecycle", "commit the working-tree edit of the target (or one recipe's candidate) and "
+                                 "evaluate it (agent mode)"),
+    Command("run", "lifecycle", "unattended: init, then one playbook candidate per iteration until a stop rule fires"),
+    Command("resume", "lifecycle", "repair an interrupted iteration and, for unattended runs, continue the loop"),
+    Command("check", "target", "validate a target and its spec without starting a run: every problem at once"),
+    Command("spec", "target", "write a commented spec.py beside a target, from its entry point, to fill in"),
+    Command("doctor", "tools", "GPU, driver, CUDA, torch, triton, nvtriton, cuda-tile, tileiras, ncu; per-backend availability"),
+    Command("compile", "tools", "compile a target ahead of time for GPUs that are not here (no GPU needed)"),
+    Command("profile", "tools", "Nsight Compute metrics of one shape and dtype, and the bottleneck class they imply"),
+    Command("compare", "tools", "every implementation of an op, in every backend, against torch eager and torch.compile"),
+    Command("demo", "lifecycle", "copy an included kernel into a fresh git repository and run the loop there"),
+    Command("report", "reading", "sandbox/<run>/report.md and latency.png: path, backends, roofline, PyTorch"),
+    Command("experience", "reading", "what worked before, across runs: list | recommend | stats"),
+    Command("playbook", "playbook", "the recipes: list | show <id> | apply <id> <target> --dry-run | plan <target>"),
+    Command("suite", "suite", "tune many targets unattended, one after another (run), or summarise such runs (summarize)"),
+    Command("decision-check", "tools", "measure the keep/revert decision itself: A/A false keeps and the "
+                                       "detection of a planted slowdown or speedup, each trial judged as an iteration"),
+    Command("status", "reading", "where the run stands: best, iterations, stop state"),
+    Command("history", "reading", "the run's experiments rebuilt from git alone (trailers)"),
+    Command("results", "reading", "perf_results.md (or the records, with --json)"),
+)
+ORDER = tuple(c.name for c in LISTED)
+COMMANDS = {c.name: c for c in LISTED}  # what runs each command: (args, settings) -> exit code
 
 
 class UsageError(UserError):
@@ -44,15 +90,19 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", hint=f"{self.prog} --help")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command by name and help line; the options of every command, or with `only` of that
+    one alone (its group's module is the only one imported)."""
     p = Parser(
         prog="tileloop",
         description="Tune one GPU kernel by disciplined experiment: one change per iteration, committed on a git "
                     "branch, checked for correctness, timed against the current best, kept or reverted by explicit rules.")
     p.add_argument("--version", action="version", version=f"tileloop {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in ORDER:
-        PARSERS[name](sub)
+    for c in LISTED:
+        sp = sub.add_parser(c.name, help=c.help)
+        if only in (None, c.name):
+            c.fill(sp)
     return p
 
 
@@ -62,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     as_json = "--json" in argv
     try:
         try:
-            parser = build_parser()
+            parser = build_parser(command or "")
             _refuse_unknown_options(parser, command, argv)
             args = parser.parse_args(argv)
         except UsageError as exc:

@@ -18,8 +18,6 @@ from loop.records.perf_table import Row, one_line
 from loop.records.results import Record
 from loop.run import state as st
 from loop.run.progress import latency_text
-from playbook.analysis import analyze
-from playbook.hazards import scan
 
 CLI_SCHEMA = "tileloop.cli/1"
 
@@ -133,6 +131,8 @@ def status_payload(exp) -> dict:
 
 def hazards(exp) -> list[dict]:
     """The Tile IR hazards of the target as it is now; none while an edit in progress does not parse."""
+    from playbook.hazards import scan  # the source analysis (libcst) only where a status is printed, not in every command
+
     try:
         return [h.to_json() for h in scan((exp.root / exp.state.target).read_text(), exp.state.language)]
     except SyntaxError:
@@ -142,6 +142,8 @@ def hazards(exp) -> list[dict]:
 def classify(exp) -> tuple[str | None, list[str]]:
     """The kernel class of the run's best version (the working tree's target before a baseline) and
     why, as the playbook classifies it; (None, [why not]) when it does not parse."""
+    from playbook.analysis import analyze  # as in hazards: imported where a status is printed
+
     s = exp.state
     source = (gitops.show_file(exp.root, s.best_commit, s.target) if s.best_commit
               else (exp.root / s.target).read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -56,15 +57,12 @@ def _start_options(sp) -> None:
                          "interleaved (default 3, at least 2)")
 
 
-def add_init(sub) -> None:
-    sp = sub.add_parser("init", help="create the run branch and measure the baseline (iteration 0)")
+def add_init(sp: argparse.ArgumentParser) -> None:
     _start_options(sp)
     common(sp, run_opt=False)
 
 
-def add_step(sub) -> None:
-    sp = sub.add_parser("step", help="commit the working-tree edit of the target (or one recipe's candidate) and "
-                                     "evaluate it (agent mode)")
+def add_step(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--optimization", "-m", help="what this change is, one line (required without --recipe)")
     sp.add_argument("--hypothesis", default=None, help="what should move, and by how much")
     sp.add_argument("--recipe", metavar="ID", help="apply this playbook recipe's candidate to the target as the step "
@@ -78,8 +76,7 @@ def add_step(sub) -> None:
     common(sp)
 
 
-def add_run(sub) -> None:
-    sp = sub.add_parser("run", help="unattended: init, then one playbook candidate per iteration until a stop rule fires")
+def add_run(sp: argparse.ArgumentParser) -> None:
     _start_options(sp)
     sp.add_argument("--max-iters", type=positive_int, default=25, help="experiments after the baseline (default 25)")
     sp.add_argument("--no-early-stop", action="store_true",
@@ -88,15 +85,13 @@ def add_run(sub) -> None:
     common(sp, run_opt=False)
 
 
-def add_resume(sub) -> None:
-    sp = sub.add_parser("resume", help="repair an interrupted iteration and, for unattended runs, continue the loop")
+def add_resume(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--max-iters", type=positive_int, help="raise the run's iteration limit")
     sp.add_argument("--no-continue", action="store_true", help="only repair; do not continue the loop")
     common(sp)
 
 
-def add_demo(sub) -> None:
-    sp = sub.add_parser("demo", help="copy an included kernel into a fresh git repository and run the loop there")
+def add_demo(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--op", choices=demo_ops(), default="vector_add", help="which included Triton kernel")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu runs under the Triton interpreter")
     sp.add_argument("--max-iters", type=positive_int, default=3, help="experiments after the baseline (default 3)")

@@ -8,6 +8,7 @@ that entry point's forward path launches."""
 
 from __future__ import annotations
 
+import argparse
 import difflib
 from pathlib import Path
 
@@ -24,9 +25,7 @@ from playbook.base import attempt, inapplicable, page_text, ranked
 from playbook.cst.entry import entry_beside
 
 
-def add_playbook(sub) -> None:
-    sp = sub.add_parser("playbook",
-                        help="the recipes: list | show <id> | apply <id> <target> --dry-run | plan <target>")
+def add_playbook(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("action", choices=["list", "show", "apply", "plan"])
     sp.add_argument("recipe", nargs="?", help="recipe id (show, apply); the kernel file (plan)")
     sp.add_argument("target", nargs="?", help="kernel file (apply)")

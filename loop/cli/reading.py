@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from loop.cli.common import common, emit, record_summary, row_json, status_payload, status_text, uncut
@@ -14,23 +15,22 @@ from loop.run.experiment import open_run
 from loop.tools.final import measure_final
 
 
-def _add_run_reader(name: str, text: str):
-    def add(sub) -> None:
-        sp = sub.add_parser(name, help=text)
-        common(sp)
-        if name == "history":
-            sp.add_argument("--branch", help="rebuild from this run branch instead of the current run's")
-    return add
+def add_run_reader(sp: argparse.ArgumentParser) -> None:
+    """status, results: the run to read, and --json."""
+    common(sp)
 
 
-def add_report(sub) -> None:
-    sp = sub.add_parser("report", help="sandbox/<run>/report.md and latency.png: path, backends, roofline, PyTorch")
+def add_history(sp: argparse.ArgumentParser) -> None:
+    common(sp)
+    sp.add_argument("--branch", help="rebuild from this run branch instead of the current run's")
+
+
+def add_report(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--measure", action="store_true", help="measure the best version against torch eager and torch.compile (GPU)")
     common(sp)
 
 
-def add_experience(sub) -> None:
-    sp = sub.add_parser("experience", help="what worked before, across runs: list | recommend | stats")
+def add_experience(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("action", choices=["list", "recommend", "stats"])
     sp.add_argument("--kernel-class", choices=["dot", "norm-like", "reduction", "element-wise"])
     sp.add_argument("--backend", choices=["ptx", "tileir", "cutile", "interpreter"])
@@ -128,9 +128,7 @@ def cmd_experience(args, settings) -> int:
     return 0
 
 
-PARSERS = {"report": add_report, "experience": add_experience,
-           "status": _add_run_reader("status", "where the run stands: best, iterations, stop state"),
-           "history": _add_run_reader("history", "the run's experiments rebuilt from git alone (trailers)"),
-           "results": _add_run_reader("results", "perf_results.md (or the records, with --json)")}
+PARSERS = {"report": add_report, "experience": add_experience, "status": add_run_reader, "history": add_history,
+           "results": add_run_reader}
 COMMANDS = {"status": cmd_status, "history": cmd_history, "results": cmd_results, "report": cmd_report,
             "experience": cmd_experience}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -11,8 +12,7 @@ from loop.common.errors import UserError
 from loop.suite import runner, summary, unattended
 
 
-def add_suite(sub) -> None:
-    sp = sub.add_parser("suite", help="tune many targets unattended, one after another (run), or summarise such runs (summarize)")
+def add_suite(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("action", choices=["run", "summarize"])
     sp.add_argument("paths", nargs="+", help="run: target files; summarize: suite output folders or entry files")
     sp.add_argument("--out-dir", default="sandbox/suite", help="run: where entries, reports and plots go (default sandbox/suite)")

@@ -3,6 +3,7 @@ skeleton to fill in)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -12,8 +13,7 @@ from loop.target.check import check, line_of
 from loop.target.skeleton import write_spec
 
 
-def add_check(sub) -> None:
-    sp = sub.add_parser("check", help="validate a target and its spec without starting a run: every problem at once")
+def add_check(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("target", help="the kernel file (spec.py beside it)")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cuda (default), or cpu: run the checks under the Triton interpreter")
@@ -22,8 +22,7 @@ def add_check(sub) -> None:
     common(sp, run_opt=False)
 
 
-def add_spec(sub) -> None:
-    sp = sub.add_parser("spec", help="write a commented spec.py beside a target, from its entry point, to fill in")
+def add_spec(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("target", help="the kernel file")
     sp.add_argument("--entry", default="run", help="the target's function called with the inputs (default run)")
     sp.add_argument("--force", action="store_true", help="overwrite an existing spec.py")

@@ -3,6 +3,7 @@ decision-check."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -20,20 +21,17 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def add_doctor(sub) -> None:
-    sp = sub.add_parser("doctor", help="GPU, driver, CUDA, torch, triton, nvtriton, cuda-tile, tileiras, ncu; per-backend availability")
+def add_doctor(sp: argparse.ArgumentParser) -> None:
     common(sp, run_opt=False)
 
 
-def add_compile(sub) -> None:
-    sp = sub.add_parser("compile", help="compile a target ahead of time for GPUs that are not here (no GPU needed)")
+def add_compile(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("target", help="the kernel file (spec.py beside it gives the example inputs)")
     sp.add_argument("--arch", type=arch_list, default=["sm_90", "sm_100"], help="comma-separated, default sm_90,sm_100")
     common(sp, run_opt=False)
 
 
-def add_profile(sub) -> None:
-    sp = sub.add_parser("profile", help="Nsight Compute metrics of one shape and dtype, and the bottleneck class they imply")
+def add_profile(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("target", help="the kernel file (spec.py beside it)")
     sp.add_argument("--shape", type=shape_arg, help="e.g. 4096x8192 (default: the spec's largest benchmark shape)")
     sp.add_argument("--dtype", choices=["float16", "bfloat16", "float32", "float64"], help="default: the spec's first dtype")
@@ -46,8 +44,7 @@ def add_profile(sub) -> None:
     common(sp)
 
 
-def add_compare(sub) -> None:
-    sp = sub.add_parser("compare", help="every implementation of an op, in every backend, against torch eager and torch.compile")
+def add_compare(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("op_dir", help="kernels/<op>: a folder with spec.py and <op>_triton.py / <op>_cutile.py")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings only")
     sp.add_argument("--out", type=Path, help="also write the markdown table to this file")
@@ -55,9 +52,7 @@ def add_compare(sub) -> None:
     common(sp, run_opt=False)
 
 
-def add_decision_check(sub) -> None:
-    sp = sub.add_parser("decision-check", help="measure the keep/revert decision itself: A/A false keeps and the "
-                                               "detection of a planted slowdown or speedup, each trial judged as an iteration")
+def add_decision_check(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("target", help="the kernel file (spec.py beside it)")
     sp.add_argument("--trials", type=positive_int, default=100, help="trials per scenario (default 100)")
     sp.add_argument("--plant", type=decision_check.plant_fraction,
