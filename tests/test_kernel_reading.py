@@ -130,3 +130,20 @@ def test_hazards_scan_kernels_of_an_alias_only():
 def test_the_contract_and_the_playbook_read_one_entry_point(spec, contract, playbook):
     assert contract_entry(ast.parse(spec)) == contract
     assert playbook_entry(spec) == playbook
+
+
+def test_the_playbook_reads_kernels_by_the_same_rule():
+    import libcst as cst
+
+    from playbook.cst.aliases import aliases
+    from playbook.cst.kernels import cutile_kernels, is_triton_decorator, is_triton_jit
+
+    src = ("import triton as tr\nimport cuda.tile as ct\nimport numba\n\n@tr.runtime.jit\ndef a(x):\n    pass\n\n"
+           "@tr.heuristics({})\n@tr.jit\ndef b(x):\n    pass\n\n@numba.jit\ndef c(x):\n    pass\n\n"
+           "@ct.kernel\ndef d(x):\n    pass\n")
+    module = cst.parse_module(src)
+    al = aliases(module)
+    fns = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    triton = {n for n, f in fns.items() if any(is_triton_jit(d, al) for d in f.decorators)}
+    assert triton | set(cutile_kernels(module, al)) == set(names(kernel_source.kernels(ast.parse(src))))
+    assert [is_triton_decorator(d, al, "heuristics") for d in fns["b"].decorators] == [True, False]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 DEFAULT_ENTRY = "run"
 TRITON_DECORATORS = ("jit", "autotune", "heuristics")
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+CUTILE_KERNEL, CUTILE_FUNCTION = "cuda.tile.kernel", "cuda.tile.function"
 CONVENTIONAL = {"ct": "cuda.tile"}  # what a name no import binds reads as
 
 
@@ -62,10 +63,16 @@ def decorator_name(dec: ast.expr, imports: dict[str, str]) -> str:
     return dotted(dec.func if isinstance(dec, ast.Call) else dec, imports)
 
 
+def triton_decorator(name: str) -> str:
+    """"jit", "autotune" or "heuristics" for a dotted name that is that decorator of triton (of any
+    of its modules: `triton.runtime.jit`); "" otherwise."""
+    head, _, last = name.rpartition(".")
+    return last if head.split(".")[0] == "triton" and last in TRITON_DECORATORS else ""
+
+
 def is_kernel_decorator(name: str) -> bool:
     """`triton.jit`, `triton.autotune`, `triton.heuristics` (of any triton module) or `cuda.tile.kernel`."""
-    head, _, last = name.rpartition(".")
-    return (head.split(".")[0] == "triton" and last in TRITON_DECORATORS) or name == "cuda.tile.kernel"
+    return bool(triton_decorator(name)) or name == CUTILE_KERNEL
 
 
 def is_kernel(fn: ast.AST, imports: dict[str, str]) -> bool:
@@ -76,7 +83,7 @@ def is_kernel(fn: ast.AST, imports: dict[str, str]) -> bool:
 def is_device(fn: ast.AST, imports: dict[str, str]) -> bool:
     """A kernel, or a `cuda.tile.function` (a cuTile helper that runs on the device)."""
     return is_kernel(fn, imports) or (isinstance(fn, FUNCTION) and any(
-        decorator_name(d, imports) == "cuda.tile.function" for d in fn.decorator_list))
+        decorator_name(d, imports) == CUTILE_FUNCTION for d in fn.decorator_list))
 
 
 def functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:

@@ -1,5 +1,6 @@
 """The kernels of a module: @triton.jit and @ct.kernel functions, their decorators, parameters
-and loops."""
+and loops, on libcst nodes (the recipes rewrite them). Which decorators make a kernel is
+`loop.common.kernel_source`'s rule, read here through the module's aliases of triton and cuda.tile."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Callable
 
 import libcst as cst
 
+from loop.common import kernel_source
 from playbook.cst.aliases import Aliases, aliases, is_attr
 from playbook.cst.program import split_device
 from playbook.cst.source import Skip, walk
@@ -16,16 +18,31 @@ def _decorator_target(dec: cst.Decorator) -> cst.BaseExpression:
     return dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
 
 
+def decorator_name(dec: cst.Decorator, al: Aliases) -> str:
+    """The dotted name of a decorator read through the module's aliases (`@tr.jit` with `import
+    triton as tr` -> "triton.jit"); "" when it is not read through one of them."""
+    parts: list[str] = []
+    node = _decorator_target(dec)
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    modules = {al.triton: "triton", al.tl: "triton.language", al.ct: "cuda.tile"}
+    if not isinstance(node, cst.Name) or node.value not in modules:
+        return ""
+    return ".".join([modules[node.value], *reversed(parts)])
+
+
 def is_triton_jit(dec: cst.Decorator, al: Aliases) -> bool:
-    return is_attr(_decorator_target(dec), al.triton, "jit")
+    return kernel_source.triton_decorator(decorator_name(dec, al)) == "jit"
 
 
 def is_triton_decorator(dec: cst.Decorator, al: Aliases, *names: str) -> bool:
-    return is_attr(_decorator_target(dec), al.triton, *names)
+    """The decorator is triton's jit, autotune or heuristics, one of `names`."""
+    return kernel_source.triton_decorator(decorator_name(dec, al)) in names
 
 
 def is_ct_kernel(dec: cst.Decorator, al: Aliases) -> bool:
-    return is_attr(_decorator_target(dec), al.ct, "kernel")
+    return decorator_name(dec, al) == kernel_source.CUTILE_KERNEL
 
 
 def above_jit(decorator_code: str, al: Aliases) -> Callable[[cst.FunctionDef], cst.FunctionDef]:
