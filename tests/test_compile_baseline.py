@@ -20,7 +20,7 @@ from loop.suite import summary
 from loop.tools import final
 from loop.worker.bench import tuned_configs
 from loop.worker.compiled import CompiledReference, recompile_limit, spec_pairs
-from loop.worker.failures import ImplFailure
+from loop.worker.failures import KernelFailure
 from loop.worker.serve import torch_provider
 
 SHAPES = [(n, 7) for n in range(1, 7)]  # six shapes, two dtypes: twelve pairs, over dynamo's eight (the slow test: twenty)
@@ -87,7 +87,7 @@ def test_the_recompile_limit_hit_is_a_failure_with_the_reason(dynamo_config):
 
     compiled = CompiledReference(torch, reference, pairs=2, backend="eager")
     dynamo_config.recompile_limit = 3  # as if the spec had more pairs than the limit was raised for
-    with pytest.raises(ImplFailure) as info:
+    with pytest.raises(KernelFailure) as info:
         for inputs in _pairs():
             compiled.run(**inputs)
     assert info.value.status == "compile_error" and info.value.label == "torch_compile"
@@ -103,7 +103,7 @@ def test_a_call_that_ran_no_compiled_graph_is_a_failure(dynamo_config):
 
     compiled = CompiledReference(torch, reference, pairs=2, backend="eager")
     dynamo_config.recompile_limit, dynamo_config.fail_on_recompile_limit_hit = 2, False
-    with pytest.raises(ImplFailure, match=r"ran no compiled graph at x=\(3, 7\) float32"):
+    with pytest.raises(KernelFailure, match=r"ran no compiled graph at x=\(3, 7\) float32"):
         for inputs in _pairs():
             compiled.run(**inputs)
 
@@ -112,7 +112,7 @@ def test_a_reference_dynamo_makes_no_graph_of_is_a_failure():
     def reference(x, w):
         return x
 
-    with pytest.raises(ImplFailure, match="ran no compiled graph"):
+    with pytest.raises(KernelFailure, match="ran no compiled graph"):
         CompiledReference(torch, reference, pairs=1, backend="eager").run(x=torch.ones(3), w=torch.ones(3))
 
 

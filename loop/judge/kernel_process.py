@@ -1,7 +1,8 @@
 """The kernel process as the judge sees it: started with a pair of pipes (`loop.judge.fork`), asked
-one request at a time, its answers read as data. A kernel's failure comes back as `KernelFailure`
-(typed: compile error, runtime error, oom, ...); the process dying or breaking the protocol is typed
-here from its exit and its log, and charged to the implementation the request concerned.
+one request at a time, its answers read as data. A kernel's failure comes back as the
+`KernelFailure` the kernel side raised (loop/common/errors.py; typed: compile error, runtime error,
+oom, ...) and is raised here again; the process dying or breaking the protocol is typed here from
+its exit and its log, and charged to the implementation the request concerned.
 
 Between its requests a kernel process's whole tree (its process group) is stopped: a request
 resumes it and stops every other kernel process first, so that no implementation runs while
@@ -21,19 +22,12 @@ import time
 from pathlib import Path
 
 from loop.common.channel import Channel, ChannelClosed
+from loop.common.errors import KernelFailure
 from loop.common.processes import Tree, kill_all, kill_process_group, record_pid
 from loop.judge.fork import parents, start_kernel
 
 IDLE_CPU_S = 0.05  # CPU seconds a stopped tree may show (a signal is not instant; clock ticks are 10 ms)
 _LIVE: list["KernelProcess"] = []  # this judge's kernel processes, to stop all but the one asked
-
-
-class KernelFailure(Exception):
-    """An implementation failed (or its process died) while doing what a request asked: data."""
-
-    def __init__(self, status: str, label: str, message: str, detail: str = ""):
-        super().__init__(message)
-        self.status, self.label, self.message, self.detail = status, label, message, detail
 
 
 class KernelSideError(Exception):

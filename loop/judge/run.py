@@ -68,8 +68,7 @@ def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, pha
         return {**measure(torch, spec, bridge, kernels, job, phases, report), "phases_s": phases.spans,
                 "isolation": isolation}
     except KernelFailure as failure:
-        return {"status": failure.status, "failed_impl": failure.label, "message": failure.message, "detail": failure.detail,
-                "isolation": isolation}
+        return {**failure.result(), "isolation": isolation}
     except KernelSideError as error:
         if error.status == "spec_error":
             raise SpecError(error.message) from None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loop.common.harness import NothingPasses
 from loop.worker.correctness import Harness
-from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module
+from loop.worker.failures import KernelFailure, SpecError, call_impl, load_module
 from loop.worker.interpreter_limits import failing_line, interpreter_limits
 from loop.worker.launches import LaunchRecorder
 from loop.worker.proof import pin_autotune_to_first_config, watch_cutile_compiles
@@ -117,7 +117,7 @@ def _run_checks(harness: Harness, target, entry, device: str, job: dict, spec_li
             except SpecError as exc:
                 out.append(_spec_error(exc, where, dtype, spec_lines))
                 continue
-            except ImplFailure as exc:
+            except KernelFailure as exc:
                 out.append(_kernel_failure(exc, where, device, target_lines))
                 continue
             except BaseException as exc:  # noqa: BLE001 - make_inputs or reference raised: the spec's
@@ -146,7 +146,7 @@ def _kernel_alone(harness: Harness, entry, shape, dtype: str, where: str, device
         return []
     try:
         call_impl("candidate", "call", entry, **inputs)
-    except ImplFailure as exc:
+    except KernelFailure as exc:
         return [_kernel_failure(exc, where, device, lines)]
     return []
 
@@ -172,7 +172,7 @@ def _mismatch(reason: str, where: str, spec: Spec, lines: Lines) -> dict:
                    "the kernel, the reference or TOLERANCES is wrong at this shape")
 
 
-def _kernel_failure(exc: ImplFailure, at: str, device: str, lines: Lines) -> dict:
+def _kernel_failure(exc: KernelFailure, at: str, device: str, lines: Lines) -> dict:
     if device == "cpu":
         found = interpreter_limits(lines.path.read_text(errors="replace"), exc.message,
                                    failing_line(exc, lines.path))

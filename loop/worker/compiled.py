@@ -23,7 +23,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from loop.worker.failures import ImplFailure
+from loop.worker.failures import KernelFailure
 
 LABEL = "torch_compile"
 LIMIT_FLOOR = 64  # recompiles per code object at least (dynamo's default is 8)
@@ -80,13 +80,13 @@ class CompiledReference(SimpleNamespace):
         try:
             out = self.compiled(**inputs)
         except self.torch._dynamo.exc.FailOnRecompileLimitHit as exc:
-            raise ImplFailure("compile_error", LABEL,
+            raise KernelFailure("compile_error", LABEL,
                               f"torch.compile hit dynamo's recompile limit "
                               f"({self.torch._dynamo.config.recompile_limit}) at {signature(self.torch, inputs)}: it "
                               f"would have run the reference eagerly ({exc})") from exc
         ran = self.graph_runs - runs
         if ran == 0:
-            raise ImplFailure("compile_error", LABEL,
+            raise KernelFailure("compile_error", LABEL,
                               f"torch.compile ran no compiled graph at {signature(self.torch, inputs)}: dynamo ran the "
                               f"reference eagerly ({self._why_eager()})")
         if first:

@@ -16,7 +16,7 @@ from loop.common.jobs import RESULT_SCHEMA
 from loop.common.processes import watch_parent
 from loop.worker.check_job import check_job
 from loop.worker.environment import health, interpreter_check, probe
-from loop.worker.failures import ImplFailure, SpecError, short_traceback
+from loop.worker.failures import KernelFailure, SpecError, short_traceback
 from loop.worker.jobs import compile_job, profile_job
 
 # job mode -> (work, its own exception classes typed as statuses)
@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_job_result(result: Path, job: dict, started: float, work, typed: tuple[tuple[type, str], ...] = ()) -> int:
     """Run `work(job)` and write its payload to `result`, or its failure as a typed status: an
-    ImplFailure is the implementation's, `typed` maps a worker's own exception classes to statuses
+    KernelFailure is the implementation's, `typed` maps a worker's own exception classes to statuses
     (checked next), a SpecError is the spec's, anything else is tileloop's (`harness_error`). The
     payload always carries the schema, the backend and the wall time."""
     try:
         payload = work(job)
-    except ImplFailure as exc:
-        payload = {"status": exc.status, "failed_impl": exc.label, "message": exc.message, "detail": exc.detail}
+    except KernelFailure as exc:
+        payload = exc.result()
     except BaseException as exc:
         status = next((st for cls, st in typed if isinstance(exc, cls)), None)
         if status is None and isinstance(exc, SpecError):

@@ -1,15 +1,16 @@
 """Calling kernel code: every call into the target goes through `call_impl`, which types whatever
-it raises (compile_error, runtime_error, oom) as an `ImplFailure`, the kernel's failure as data.
-A `SpecError` is the spec's failure (not the kernel's); anything else is tileloop's own bug."""
+it raises (compile_error, runtime_error, oom) as a `KernelFailure` (loop/common/errors.py, the type
+the judge reads back), the kernel's failure as data. A `SpecError` is the spec's failure (not the
+kernel's); anything else is tileloop's own bug."""
 
 from __future__ import annotations
 
 import traceback
 
-from loop.common.errors import SpecError
+from loop.common.errors import KernelFailure, SpecError
 from loop.common.spec import load_module
 
-__all__ = ["ImplFailure", "SpecError", "call_impl", "classify", "load_module", "short_traceback"]
+__all__ = ["KernelFailure", "SpecError", "call_impl", "classify", "load_module", "short_traceback"]
 
 STICKY_CUDA = ("illegal memory access", "misaligned address", "unspecified launch failure",
                "illegal instruction", "device-side assert", "an illegal", "cudaErrorLaunchFailure")
@@ -23,14 +24,6 @@ COMPILE_MARKERS = ("CompilationError", "CompileTimeAssertionFailure", "PTXASErro
                    "TypeCheckingError", "TileTypeError", "TileSyntaxError", "TileValueError", "TileStaticAssertionError",
                    "TileStaticEvalError", "TileUnsupportedFeatureError", "TileRecursionError", "TileCompilerExecutionError",
                    "TileCompilerTimeoutError")
-
-
-class ImplFailure(Exception):
-    """A failure of kernel code, typed for the record."""
-
-    def __init__(self, status: str, label: str, message: str, detail: str = ""):
-        super().__init__(message)
-        self.status, self.label, self.message, self.detail = status, label, message, detail
 
 
 def classify(exc: BaseException, stage: str) -> str:
@@ -52,9 +45,9 @@ def short_traceback(exc: BaseException, limit: int = 4000) -> str:
 def call_impl(label: str, stage: str, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
-    except (KeyboardInterrupt, SystemExit, ImplFailure, SpecError):
+    except (KeyboardInterrupt, SystemExit, KernelFailure, SpecError):
         raise
     except BaseException as exc:  # kernel code may raise anything: that is data, typed here
-        raise ImplFailure(classify(exc, stage), label, f"{type(exc).__name__}: {exc}"[:2000], short_traceback(exc)) from exc
+        raise KernelFailure(classify(exc, stage), label, f"{type(exc).__name__}: {exc}"[:2000], short_traceback(exc)) from exc
 
 

@@ -40,7 +40,7 @@ from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
 from loop.worker.bench import tuned_configs
 from loop.worker.compiled import CompiledReference, spec_pairs
-from loop.worker.failures import ImplFailure, SpecError, call_impl, load_module, short_traceback
+from loop.worker.failures import KernelFailure, SpecError, call_impl, load_module, short_traceback
 from loop.worker.launches import LaunchRecorder
 from loop.worker.sampler import Sampler
 from loop.worker.providers import load_reference
@@ -254,8 +254,8 @@ def answer(side: KernelSide, msg: dict) -> dict:
         if op not in OPS:
             raise ValueError(f"unknown request {op!r}")
         return {"ok": True, **getattr(side, op)(msg)}
-    except ImplFailure as exc:
-        return {"failure": {"status": exc.status, "label": exc.label, "message": exc.message, "detail": exc.detail}}
+    except KernelFailure as exc:
+        return {"failure": exc.wire()}
     except SpecError as exc:
         return {"error": {"status": "spec_error", "message": str(exc)}}
     except Exception as exc:  # noqa: BLE001 - tileloop's own failure, reported to the judge with its traceback

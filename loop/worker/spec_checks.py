@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 
 from loop.common.outputs import upcast
-from loop.worker.failures import ImplFailure, SpecError, call_impl
+from loop.worker.failures import KernelFailure, SpecError, call_impl
 from loop.common.spec import dtype_name, drawn_shapes_of, shapes_of, transforms_of
 
 REQUIRED = ("make_inputs", "reference", "CORRECTNESS_SHAPES", "BENCHMARK_SHAPES", "DTYPES", "TOLERANCES", "flops",
@@ -208,7 +208,7 @@ def template_sizes(lines: Lines) -> tuple[list[dict], list[dict]]:
 def partial_checks(torch, module, target, device: str, spec_lines: Lines, fail) -> list[dict]:
     """With the spec not whole, what of it can run: make_inputs at every correctness shape and good
     dtype, the reference where there is one, and the entry point where it resolves (its failures,
-    through `fail(ImplFailure, at)`); nothing is compared. Nothing runs while make_inputs still holds
+    through `fail(KernelFailure, at)`); nothing is compared. Nothing runs while make_inputs still holds
     values to fill in."""
     make = getattr(module, "make_inputs", None)
     try:
@@ -238,7 +238,7 @@ def partial_checks(torch, module, target, device: str, spec_lines: Lines, fail) 
             if entry is not None:
                 try:
                     call_impl("candidate", "call", entry, **inputs)
-                except ImplFailure as exc:
+                except KernelFailure as exc:
                     out.append(fail(exc, where))
     return out
 

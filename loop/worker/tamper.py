@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from loop.worker.failures import ImplFailure
+from loop.worker.failures import KernelFailure
 
 
 def timer_identities(torch) -> dict:
@@ -22,4 +22,4 @@ def timer_identities(torch) -> dict:
 def check_tamper(torch, watch: dict, stage: str):
     changed = [name for name, (owner, attr, orig) in watch.items() if getattr(owner, attr) is not orig]
     if changed:
-        raise ImplFailure("incorrect", "candidate", f"timer tampering detected after {stage}: {', '.join(changed)} replaced")
+        raise KernelFailure("incorrect", "candidate", f"timer tampering detected after {stage}: {', '.join(changed)} replaced")
