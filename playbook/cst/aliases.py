@@ -1,5 +1,5 @@
-"""The module's import aliases of triton, triton.language and cuda.tile, and attributes and calls
-read through them (`tl.load`, `ct.bid(0)`)."""
+"""The module's import aliases of triton, triton.language and cuda.tile, and attributes, calls and
+decorators read through them (`tl.load`, `ct.bid(0)`, `@tr.jit` as triton.jit)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,20 @@ def is_attr(node: cst.BaseExpression, base: str | None, *attrs: str) -> bool:
     """`node` is `base.attr` for one of `attrs` (base is a module alias)."""
     return (base is not None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
             and node.value.value == base and node.attr.value in attrs)
+
+
+def decorator_name(dec: cst.Decorator, al: Aliases) -> str:
+    """The dotted name of a decorator read through the module's aliases (`@tr.jit` with `import
+    triton as tr` -> "triton.jit"); "" when it is not read through one of them."""
+    parts: list[str] = []
+    node = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    modules = {al.triton: "triton", al.tl: "triton.language", al.ct: "cuda.tile"}
+    if not isinstance(node, cst.Name) or node.value not in modules:
+        return ""
+    return ".".join([modules[node.value], *reversed(parts)])
 
 
 def is_call(node: cst.CSTNode, base: str | None, *attrs: str) -> bool:

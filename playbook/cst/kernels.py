@@ -9,27 +9,9 @@ from typing import Callable
 import libcst as cst
 
 from loop.common import kernel_source
-from playbook.cst.aliases import Aliases, aliases, is_attr
+from playbook.cst.aliases import Aliases, aliases, decorator_name, is_attr
 from playbook.cst.program import split_device
 from playbook.cst.source import Skip, walk
-
-
-def _decorator_target(dec: cst.Decorator) -> cst.BaseExpression:
-    return dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-
-
-def decorator_name(dec: cst.Decorator, al: Aliases) -> str:
-    """The dotted name of a decorator read through the module's aliases (`@tr.jit` with `import
-    triton as tr` -> "triton.jit"); "" when it is not read through one of them."""
-    parts: list[str] = []
-    node = _decorator_target(dec)
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    modules = {al.triton: "triton", al.tl: "triton.language", al.ct: "cuda.tile"}
-    if not isinstance(node, cst.Name) or node.value not in modules:
-        return ""
-    return ".".join([modules[node.value], *reversed(parts)])
 
 
 def is_triton_jit(dec: cst.Decorator, al: Aliases) -> bool:

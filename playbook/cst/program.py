@@ -20,21 +20,22 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from playbook.cst.aliases import Aliases, is_attr
+from loop.common import kernel_source
+from playbook.cst.aliases import Aliases, decorator_name
 
 DEFAULT_ENTRY = "run"
 NEVER_FOLLOWED = {"backward", "setup_context", "jvp", "vmap"}  # methods a forward call does not run
 
 
-def _decorated(fn: cst.FunctionDef, base: str | None, *attrs: str) -> bool:
-    return any(is_attr(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator, base, *attrs)
-               for d in fn.decorators)
+def _device(fn: cst.FunctionDef, al: Aliases) -> bool:
+    return any(kernel_source.is_kernel_decorator(name) or name == kernel_source.CUTILE_FUNCTION
+               for name in (decorator_name(d, al) for d in fn.decorators))
 
 
 def device_functions(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
-    """Every module-level @triton.jit and @ct.kernel / @ct.function: code that runs on the device."""
-    return {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)
-            and (_decorated(s, al.triton, "jit") or _decorated(s, al.ct, "kernel", "function"))}
+    """Every module-level kernel (`loop.common.kernel_source`'s rule: @triton.jit, @ct.kernel) and
+    @ct.function: code that runs on the device."""
+    return {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef) and _device(s, al)}
 
 
 class _Refs(cst.CSTVisitor):
