@@ -24,6 +24,10 @@ object each:
   proof    which backend compiled the kernels
 A kernel's failure answers {"failure": {status, label, message, detail}}; the spec's or tileloop's
 own answers {"error": {status, message, detail}}.
+
+Timer tampering: the timing functions are captured before any kernel code is imported, and the
+process checks after each stage (import, correctness, timing) that the target has not replaced them
+(a candidate that patches the clock would time itself): `incorrect`.
 """
 
 from __future__ import annotations
@@ -45,7 +49,22 @@ from loop.worker.launches import LaunchRecorder
 from loop.worker.sampler import Sampler
 from loop.worker.providers import load_reference
 from loop.worker.proof import backend_proof, pin_autotune_to_first_config, watch_cutile_compiles
-from loop.worker.tamper import check_tamper, timer_identities
+
+
+def timer_identities(torch) -> dict:
+    watched = {"time.perf_counter": (time, "perf_counter")}
+    if hasattr(torch, "cuda"):
+        watched.update({"torch.cuda.synchronize": (torch.cuda, "synchronize"), "torch.cuda.Event": (torch.cuda, "Event")})
+        ev = torch.cuda.Event
+        watched.update({"Event.record": (ev, "record"), "Event.elapsed_time": (ev, "elapsed_time"),
+                        "CUDAGraph.replay": (torch.cuda.CUDAGraph, "replay")})
+    return {name: (owner, attr, getattr(owner, attr)) for name, (owner, attr) in watched.items()}
+
+
+def check_tamper(torch, watch: dict, stage: str):
+    changed = [name for name, (owner, attr, orig) in watch.items() if getattr(owner, attr) is not orig]
+    if changed:
+        raise KernelFailure("incorrect", "candidate", f"timer tampering detected after {stage}: {', '.join(changed)} replaced")
 
 
 class KernelSide:
