@@ -138,7 +138,8 @@ def test_the_playbook_reads_kernels_by_the_same_rule():
     from playbook.cst.aliases import aliases
     from playbook.cst.kernels import cutile_kernels, is_triton_decorator, is_triton_jit, triton_kernels
 
-    src = ("import triton as tr\nimport cuda.tile as ct\nimport numba\n\n@tr.runtime.jit\ndef a(x):\n    pass\n\n"
+    src = ("import triton as tr\nimport cuda.tile as ct\nimport numba\nfrom triton import jit as J\n\n"
+           "@J\ndef e(x):\n    pass\n\n@tr.runtime.jit\ndef a(x):\n    pass\n\n"
            "@tr.heuristics({})\n@tr.jit\ndef b(x):\n    pass\n\n@numba.jit\ndef c(x):\n    pass\n\n"
            "@ct.kernel\ndef d(x):\n    pass\n")
     module = cst.parse_module(src)
@@ -147,4 +148,4 @@ def test_the_playbook_reads_kernels_by_the_same_rule():
     triton = {n for n, f in fns.items() if any(is_triton_jit(d, al) for d in f.decorators)}
     assert triton | set(cutile_kernels(module, al)) == set(names(kernel_source.kernels(ast.parse(src))))
     assert [is_triton_decorator(d, al, "heuristics") for d in fns["b"].decorators] == [True, False]
-    assert set(triton_kernels(module, al)) == {"a", "b"}  # the forward path's reading of device code agrees
+    assert set(triton_kernels(module, al)) == {"a", "b", "e"}  # the forward path's reading of device code agrees

@@ -15,6 +15,9 @@ class Aliases:
     triton: str | None  # `import triton` -> "triton"
     tl: str | None  # `import triton.language as tl` -> "tl"
     ct: str | None  # `import cuda.tile as ct` -> "ct"
+    # other names bound to triton's and cuda.tile's modules and functions, for reading decorators:
+    # `from triton import jit` -> ("jit", "triton.jit"), `import triton.runtime` -> ("triton", "triton")
+    names: tuple[tuple[str, str], ...] = ()
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -26,12 +29,19 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _ours(dotted: str) -> bool:
+    return dotted.split(".")[0] == "triton" or dotted == "cuda.tile" or dotted.startswith("cuda.tile.")
+
+
 def aliases(module: cst.Module) -> Aliases:
     found: dict[str, str] = {}
+    names: dict[str, str] = {}
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
+            if isinstance(small, cst.ImportFrom):
+                _from_names(small, names)
             if not isinstance(small, cst.Import):
                 continue
             for name in small.names:
@@ -41,10 +51,25 @@ def aliases(module: cst.Module) -> Aliases:
                 elif dotted and "." not in dotted:
                     local = dotted
                 else:
+                    if dotted and _ours(dotted):
+                        names[dotted.split(".")[0]] = dotted.split(".")[0]
                     continue  # `import a.b` binds `a`, not `a.b`: not an alias we can use
                 if dotted in ("triton", "triton.language", "cuda.tile"):
                     found[dotted] = local
-    return Aliases(found.get("triton"), found.get("triton.language"), found.get("cuda.tile"))
+                elif dotted and _ours(dotted):
+                    names[local] = dotted
+    return Aliases(found.get("triton"), found.get("triton.language"), found.get("cuda.tile"), tuple(sorted(names.items())))
+
+
+def _from_names(node: cst.ImportFrom, names: dict[str, str]) -> None:
+    """`from triton import jit` (or `as j`) -> names["jit"] = "triton.jit"."""
+    module = _dotted(node.module) if node.module is not None and not node.relative else None
+    if not module or not _ours(module) or isinstance(node.names, cst.ImportStar):
+        return
+    for alias in node.names:
+        local = alias.asname.name if alias.asname is not None else alias.name
+        if isinstance(local, cst.Name) and isinstance(alias.name, cst.Name):
+            names[local.value] = f"{module}.{alias.name.value}"
 
 
 def is_attr(node: cst.BaseExpression, base: str | None, *attrs: str) -> bool:
@@ -61,7 +86,7 @@ def decorator_name(dec: cst.Decorator, al: Aliases) -> str:
     while isinstance(node, cst.Attribute):
         parts.append(node.attr.value)
         node = node.value
-    modules = {al.triton: "triton", al.tl: "triton.language", al.ct: "cuda.tile"}
+    modules = {**dict(al.names), al.triton: "triton", al.tl: "triton.language", al.ct: "cuda.tile"}
     if not isinstance(node, cst.Name) or node.value not in modules:
         return ""
     return ".".join([modules[node.value], *reversed(parts)])
