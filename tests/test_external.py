@@ -451,7 +451,7 @@ def test_run_continues_a_run_in_progress_without_repeating_its_commands(monkeypa
     monkeypatch.setattr(lifecycle, "in_progress", lambda root, target: live)
     monkeypatch.setattr(lifecycle, "describe", lambda run: run.run_id)
     parser = argparse.ArgumentParser()
-    add_run(parser.add_subparsers())
+    add_run(parser.add_subparsers().add_parser("run"))
     args = parser.parse_args(["run", TARGET, *given])
     if refused:
         with pytest.raises(UserError, match="another --test-cmd"):
