@@ -63,3 +63,11 @@ def test_the_judges_own_eager_timing_queues_the_same_way():
     start, end = timing.eager_sample(rec, rec, flush, rec.call)
     assert rec.log == ["flush", f"spin {timing.EAGER_SPIN_CYCLES}", "record", "call", "record"]
     assert start.elapsed_time(end) == 0.25
+
+
+def test_a_calls_estimate_is_queued_the_same_way_so_host_latency_does_not_decide_the_method():
+    rec = Recorder()
+    ms = timing.estimate_call_ms(rec, rec.call, 4, torch=rec)
+    assert rec.log == ["sync", f"spin {timing.EAGER_SPIN_CYCLES}", "record", "call", "call", "call", "call", "record",
+                       "sync"], rec.log
+    assert ms == 0.25

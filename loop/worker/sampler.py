@@ -53,7 +53,7 @@ class Sampler:
         peak = round((torch.cuda.max_memory_allocated() - base) / 2**20, 3)
         # the least of three estimates: one hiccup of the host (seen on an H100: 0.07 ms kernels read as
         # over 0.5 ms) would otherwise time every implementation of the shape eagerly
-        call_ms = min(call_impl(self.label, "call", timing.estimate_call_ms, self.clock, lambda: self.fn(0))
+        call_ms = min(call_impl(self.label, "call", timing.estimate_call_ms, self.clock, lambda: self.fn(0), 5, torch)
                       for _ in range(3))
         return {"call_ms": call_ms, "peak_mem_mb": peak}
 
