@@ -50,6 +50,10 @@ def test_the_sampler_queues_flush_spin_start_call_end_with_no_synchronize_in_bet
     assert ms == 0.25
     rec.log.clear()
     assert sampler.sample(0, empty=True) == 0.0 and "call" not in rec.log
+    rec.log.clear()
+    sampler.graph, sampler.calls = SimpleNamespace(replay=rec.call), 1  # a graph's replay: the same order, no flush
+    assert sampler.sample(0) == 0.25
+    assert rec.log == [f"spin {timing.GRAPH_SPIN_CYCLES}", "record", "call", "record", "sync"], rec.log
 
 
 def test_the_spin_outlasts_a_hosts_launch_of_a_call():
@@ -60,14 +64,14 @@ def test_the_spin_outlasts_a_hosts_launch_of_a_call():
 def test_the_judges_own_eager_timing_queues_the_same_way():
     rec = Recorder()
     flush = SimpleNamespace(zero_=lambda: rec.log.append("flush"))
-    start, end = timing.eager_sample(rec, rec, flush, rec.call)
+    start, end = timing.sample_events(rec, rec, rec.call, flush)
     assert rec.log == ["flush", f"spin {timing.EAGER_SPIN_CYCLES}", "record", "call", "record"]
     assert start.elapsed_time(end) == 0.25
 
 
 def test_a_calls_estimate_is_queued_the_same_way_so_host_latency_does_not_decide_the_method():
     rec = Recorder()
-    ms = timing.estimate_call_ms(rec, rec.call, 4, torch=rec)
+    ms = timing.estimate_call_ms(rec, rec, rec.call, 4)
     assert rec.log == ["sync", f"spin {timing.EAGER_SPIN_CYCLES}", "record", "call", "call", "call", "call", "record",
                        "sync"], rec.log
     assert ms == 0.25

@@ -7,7 +7,7 @@ drift and co-tenants hit incumbent and candidate alike.
     rotate over input sets sized to exceed L2, so every call reads cold data and launch overhead
     is not measured; the sample is the replay time / calls.
   * long calls: each sample is one eager call after an L2 flush (a memset of a buffer larger than
-    L2) and a spin of the GPU (`eager_sample`), both before the start event: the call is launched
+    L2) and a spin of the GPU (`sample_events`), both before the start event: the call is launched
     while the GPU spins, and its end event follows it on the stream, with no host round trip
     between the call and either event. (Events around a host synchronize put the host's launch and
     wake-up latency in every sample, a different one in each process: on an H100, A/A pairs timed
@@ -84,36 +84,31 @@ def l2_bytes(torch) -> int:
 
 
 EAGER_SPIN_CYCLES = 400_000  # about 0.2 ms of a GPU's clock: longer than the host takes to launch a call
+GRAPH_SPIN_CYCLES = 100_000  # about 50 us: longer than the host takes to launch a graph's replay
 
 
-def eager_sample(torch, clock: _Clock, flush, call: Callable[[], Any]) -> tuple[Any, Any]:
-    """The (start, end) events of one eager call, queued after an L2 flush and a spin that keeps the
-    GPU busy while the host records the start event and launches the call; nothing synchronizes
-    in between, so the events time the device's work of the call and not the host's latency."""
+def sample_events(torch, clock: _Clock, call: Callable[[], Any], flush=None,
+                  cycles: int = EAGER_SPIN_CYCLES) -> tuple[Any, Any]:
+    """The (start, end) events of one timed call (an eager call, a graph's replay), queued after an L2
+    flush (`flush`, where there is one) and a spin of `cycles` that keeps the GPU busy while the host
+    records the start event and launches the call; nothing synchronizes in between, so the events
+    time the device's work of the call and not the host's latency."""
     start, end = clock.event(), clock.event()
     if flush is not None:
         flush.zero_()
-    torch.cuda._sleep(EAGER_SPIN_CYCLES)
+    torch.cuda._sleep(cycles)
     start.record()
     call()
     end.record()
     return start, end
 
 
-def estimate_call_ms(clock: _Clock, fn: Callable[[], Any], n: int = 5, torch=None) -> float:
-    """A call's device time, the mean of `n` back to back. With `torch`, queued as an eager sample
-    is (a spin before the start event, no synchronize before the end event), so that the host's
-    latency does not push a short call past GRAPH_BELOW_MS and off CUDA graphs."""
+def estimate_call_ms(torch, clock: _Clock, fn: Callable[[], Any], n: int = 5) -> float:
+    """A call's device time, the mean of `n` back to back, queued as an eager sample is (a spin before
+    the start event, no synchronize before the end event), so that the host's latency does not push
+    a short call past GRAPH_BELOW_MS and off CUDA graphs."""
     clock.synchronize()
-    if torch is not None:
-        start, end = eager_sample(torch, clock, None, lambda: [fn() for _ in range(n)])
-    else:
-        start, end = clock.event(), clock.event()
-        start.record()
-        for _ in range(n):
-            fn()
-        clock.synchronize()
-        end.record()
+    start, end = sample_events(torch, clock, lambda: [fn() for _ in range(n)])
     clock.synchronize()
     return start.elapsed_time(end) / n
 
@@ -132,7 +127,7 @@ def time_gpu(
         for j in range(min(nsets, 3)):
             fn(j)
     clock.synchronize()
-    call_ms = max(estimate_call_ms(clock, lambda f=f: f(0), torch=torch) for f in fns.values())
+    call_ms = max(estimate_call_ms(torch, clock, lambda f=f: f(0)) for f in fns.values())
     notes: list[str] = []
     graphs = None
     calls = 1
@@ -149,17 +144,17 @@ def time_gpu(
         flush = torch.empty(2 * l2_bytes(torch), dtype=torch.uint8, device="cuda")
     samples: dict[str, list[float]] = {k: [] for k in labels}
     reps = rounds(plan, call_ms * calls * len(labels) / 1e3, len(labels))
-    events = [[(clock.event(), clock.event()) for _ in labels] for _ in range(reps)]
+    events: list[list] = [[None] * len(labels) for _ in range(reps)]
     for rnd in range(reps):
         order = abba(list(range(len(labels))), rnd)
         for i in order:
             if graphs is not None:
-                start, end = events[rnd][i]
+                start, end = events[rnd][i] = clock.event(), clock.event()
                 start.record()
                 graphs[labels[i]].replay()
                 end.record()
             else:
-                events[rnd][i] = eager_sample(torch, clock, flush, lambda: fns[labels[i]](rnd % nsets))
+                events[rnd][i] = sample_events(torch, clock, lambda: fns[labels[i]](rnd % nsets), flush)
                 clock.synchronize()
         if graphs is not None and rnd % 16 == 15:
             clock.synchronize()

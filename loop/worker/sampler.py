@@ -1,7 +1,7 @@
 """One implementation's timed work in its kernel process, one sample at a time, for the judge that
 interleaves the implementations' processes (`loop.judge.bench`). The rules are those of
 `loop.common.timing` (warm-up, CUDA graphs of `calls` launches for short calls rotating over the
-input sets, an L2 flush and a spin before an eager call, `timing.eager_sample`);
+input sets, a spin before each timed call and an L2 flush before an eager one, `timing.sample_events`);
 only the round loop lives in the judge.
 
 A sample is the device time of one graph replay divided by its calls, or of one eager call (CUDA
@@ -16,9 +16,6 @@ import time
 
 from loop.common import timing
 from loop.worker.failures import call_impl
-
-SPIN_CYCLES = 100_000  # about 50 us of a GPU's clock, spun before a graph sample's start event
-
 
 class Sampler:
     def __init__(self, torch, clock, device: str, label: str, entry, sets: list[dict]):
@@ -53,7 +50,7 @@ class Sampler:
         peak = round((torch.cuda.max_memory_allocated() - base) / 2**20, 3)
         # the least of three estimates: one hiccup of the host (seen on an H100: 0.07 ms kernels read as
         # over 0.5 ms) would otherwise time every implementation of the shape eagerly
-        call_ms = min(call_impl(self.label, "call", timing.estimate_call_ms, self.clock, lambda: self.fn(0), 5, torch)
+        call_ms = min(call_impl(self.label, "call", timing.estimate_call_ms, torch, self.clock, lambda: self.fn(0))
                       for _ in range(3))
         return {"call_ms": call_ms, "peak_mem_mb": peak}
 
@@ -99,16 +96,12 @@ class Sampler:
                 self.fn(0)
             return (time.perf_counter() - started) * 1e3
         if self.graph is not None:
-            start, end = self.clock.event(), self.clock.event()
-            # the GPU kept busy while the start event and the replay are queued: the replay's launch from
-            # the host is not timed (it took longer in the first sample of a request, seen on an H100)
-            self.torch.cuda._sleep(SPIN_CYCLES)
-            start.record()
-            if not empty:
-                call_impl(self.label, "call", self.graph.replay)
-            end.record()
+            # the replay's launch from the host is not timed (it took longer in the first sample of a
+            # request, seen on an H100)
+            start, end = call_impl(self.label, "call", timing.sample_events, self.torch, self.clock,
+                                   (lambda: None) if empty else self.graph.replay, None, timing.GRAPH_SPIN_CYCLES)
         else:
-            start, end = call_impl(self.label, "call", timing.eager_sample, self.torch, self.clock, self.flush,
-                                   (lambda: None) if empty else (lambda: self.fn(rnd % len(self.sets))))
+            start, end = call_impl(self.label, "call", timing.sample_events, self.torch, self.clock,
+                                   (lambda: None) if empty else (lambda: self.fn(rnd % len(self.sets))), self.flush)
         self.sync()  # work hidden on another stream ends here, inside the request the judge times
         return start.elapsed_time(end) / self.calls
