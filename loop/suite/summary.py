@@ -109,9 +109,10 @@ MATMUL_TARGET_SHAPE = "4096x4096x4096"
 COMPUTE_BOUND_FLOP_PER_BYTE = 50.0  # above this, a fraction of copy bandwidth says nothing about the kernel
 
 
-def _compute_bound(e: dict) -> bool:
+def compute_bound(e: dict) -> bool:
+    """Whether the entry's largest benchmark shape does more FLOPs per byte than a copy can say anything of."""
     shape = e.get("largest_shape") or {}
-    return bool(shape.get("bytes")) and shape.get("flops", 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
+    return bool(shape.get("bytes")) and (shape.get("flops") or 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
 
 
 def _ratio(row: dict, ref: str) -> float | None:
@@ -172,7 +173,7 @@ def target_rows(entries: list[dict]) -> list[dict]:
             at = next((r for r in final if r.get("shape") == MATMUL_TARGET_SHAPE and r.get("dtype") == "bfloat16"), None)
             row(f"bf16 {MATMUL_TARGET_SHAPE}: torch.matmul time / ours",
                 _ratio(at, "torch eager (ms)") if at else None, MATMUL_TARGET.get(e["language"], 0.8))
-        elif not _compute_bound(e):
+        elif not compute_bound(e):
             frac = fl.get("best, fraction of clone bandwidth")
             row(f"largest shape ({fl.get('shape', '?')} {fl.get('dtype', '')}): fraction of clone bandwidth",
                 float(frac) if frac not in (None, "", "n/a") else None, CLONE_TARGET,
@@ -206,7 +207,7 @@ def summarize(entries: list[dict], title: str) -> str:
         shape = e.get("largest_shape") or {}
         if e["op"] == "matmul" and fl and _ratio(fl, "torch eager (ms)") is not None:
             frac = f"{_ratio(fl, 'torch eager (ms)'):.2f} of torch.matmul"
-        elif _compute_bound(e):
+        elif compute_bound(e):
             frac = "n/a (compute-bound)"
         else:
             frac = fl.get("best, fraction of clone bandwidth") or _f((e.get("largest_best") or {}).get("frac_clone_bw"), "{:.2f}")

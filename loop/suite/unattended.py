@@ -19,13 +19,13 @@ from pathlib import Path
 
 from loop.common.files import atomic_write_text
 from loop.records.perf_table import markdown_table
+from loop.suite.summary import compute_bound as flop_bound
 from loop.suite.worktrees import run_id_of
 
 CLONE_TARGET = 0.95  # memory-bound ops: of the same-run clone bandwidth, at the largest benchmark shape
 COMPILE_TARGET = 1.0  # every op: torch.compile's time over ours, at every benchmark shape
 MATMUL_TARGET = 1.0  # matmul: torch.matmul's time over ours, at every benchmark shape
 EXPERIMENT_S_TARGET = 30.0  # median wall seconds per experiment over the suite
-COMPUTE_BOUND_FLOP_PER_BYTE = 50.0  # as the suite summary's: a fraction of copy bandwidth says nothing above it
 MATMUL_OP = "matmul"
 
 
@@ -44,7 +44,7 @@ class Row:
     experiments: int
     wall_s: float | None
     matmul_ms: float | None  # matmul only: torch.matmul, the matmul spec's torch eager
-    memory_bound: bool  # the clone target applies (not matmul, not above COMPUTE_BOUND_FLOP_PER_BYTE)
+    memory_bound: bool  # the clone target applies (not matmul, not above the suite summary's COMPUTE_BOUND_FLOP_PER_BYTE)
     largest: bool  # the benchmark shape (and dtype) that moves the most bytes: where the clone target applies
     finished: bool  # the run's stop rule fired (not cut off, not stopped mid-way)
 
@@ -55,13 +55,13 @@ class Row:
         return out
 
 
-def _ms(cell) -> float | None:
-    """A final measurement's time cell as a number; None where it says why there is none."""
+def _number(cell, positive: bool = True) -> float | None:
+    """A final measurement's cell as a number (a time: `positive`); None where it says why there is none."""
     try:
         value = float(cell)
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) and value > 0 else None
+    return value if math.isfinite(value) and (value > 0 or not positive) else None
 
 
 def _shape(text: str) -> list[int]:
@@ -70,13 +70,18 @@ def _shape(text: str) -> list[int]:
 
 def compute_bound(entry: dict) -> bool:
     """Matmul, or an op whose largest benchmark shape does more FLOPs per byte than a copy can say anything of."""
-    shape = entry.get("largest_shape") or {}
-    dense = bool(shape.get("bytes")) and (shape.get("flops") or 0) / shape["bytes"] >= COMPUTE_BOUND_FLOP_PER_BYTE
-    return entry.get("op") == MATMUL_OP or dense
+    return entry.get("op") == MATMUL_OP or flop_bound(entry)
 
 
 def finished(entry: dict) -> bool:
     return (entry.get("stop") or {}).get("state") in ("stop", "escalate") and not entry.get("cut_off")
+
+
+def experiments(entry: dict) -> int:
+    """The experiments the run made: those with a wall time of their own (not one a stop interrupted),
+    else, for an entry without them, every iteration after the baseline."""
+    walls = entry.get("experiment_wall_s")
+    return len(walls) if isinstance(walls, list) else int(entry["iterations"])
 
 
 def wall_s(entry: dict) -> tuple[float | None, str]:
@@ -97,26 +102,18 @@ def rows(entries: list[dict]) -> list[Row]:
         big = e.get("final_largest") or {}
         dense = compute_bound(e)
         for r in e.get("final") or []:
-            best = _ms(r.get("best (ms)"))
+            best = _number(r.get("best (ms)"))
             if best is None:
                 continue
-            eager = _ms(r.get("torch eager (ms)"))
+            eager = _number(r.get("torch eager (ms)"))
             frac = r.get("best, fraction of clone bandwidth")
             out.append(Row(
                 op=e["op"], language=e["language"], shape=_shape(r["shape"]), dtype=r["dtype"], best_ms=best,
-                eager_ms=eager, compile_ms=_ms(r.get("torch.compile (ms)")),
-                clone_fraction=None if dense else _fraction(frac), experiments=len(e["experiment_wall_s"]) if isinstance(e.get("experiment_wall_s"), list) else int(e["iterations"]),
+                eager_ms=eager, compile_ms=_number(r.get("torch.compile (ms)")),
+                clone_fraction=None if dense else _number(frac, positive=False), experiments=experiments(e),
                 wall_s=wall_s(e)[0], matmul_ms=eager if e["op"] == MATMUL_OP else None, memory_bound=not dense,
                 largest=(r["shape"], r["dtype"]) == (big.get("shape"), big.get("dtype")), finished=finished(e)))
     return out
-
-
-def _fraction(cell) -> float | None:
-    try:
-        value = float(cell)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def checks(row: Row) -> list[tuple[str, bool | None]]:
