@@ -148,9 +148,10 @@ def shared_offset(medians: dict[str, tuple[float, float] | None], label: str) ->
     where no other was audited. An audited request follows the judge's own writes of every input set;
     on an H100, timed eagerly after an L2 flush, audited calls of two honest softmax candidates
     (autotune, whole row) at 3200x16384 took 28-31 us more than their timed ones (0.11-0.14 ms calls:
-    20-25%, past the band), and both were refused; their incumbent, a slower kernel, stayed within it. A sampler that skips work when no one checks shows its skipped work on top of
-    what its partner shows, and is refused as before; the partner's offset is its own requests', which
-    a stopped candidate does not run in."""
+    20-25%, past the band), and both were refused; their incumbent, a slower kernel, stayed within it.
+    A sampler that skips work when no one checks shows its skipped work on top of what its partner
+    shows, and is refused as before; the partner's offset is its own requests', which a stopped
+    candidate does not run in."""
     others = [m[1] - m[0] for other, m in medians.items() if other != label and m is not None]
     return max(0.0, min(others)) if others else 0.0
 
