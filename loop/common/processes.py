@@ -320,14 +320,15 @@ def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool, spawn: st
 
 
 PROBE = """
-import json, os, subprocess, sys
+import json, subprocess, sys
+from loop.common import settings
 from loop.common.processes import become_subreaper, confine_child, confine_zygote, isolation_of, set_dumpable
 guard = set_dumpable(False), become_subreaper()
 child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
                          preexec_fn=confine_child)
 trial = subprocess.run([sys.executable, "-c", "from loop.common.namespaces import new_pid_namespace as n; print(n())"],
                        capture_output=True, text=True, preexec_fn=confine_zygote).stdout.strip()
-zygote = sys.platform.startswith("linux") and os.environ.get("TILELOOP_ZYGOTE", "1") != "0"
+zygote = sys.platform.startswith("linux") and settings.load().zygote
 print(json.dumps({**isolation_of([child.pid], *guard), **({"pid_namespace": trial or "unavailable: the trial failed",
                                                           "spawn": "zygote"} if zygote else {})}))
 child.stdin.close()

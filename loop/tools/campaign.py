@@ -12,13 +12,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from loop import decide
 from loop.common.errors import UserError
 from loop.common.jobs import shape_text as _key
 from loop.decide.check import trial_rows
+from loop.measure.launch import with_package_path
 from loop.records.perf_table import markdown_table
 from loop.target.contract import Kernel, spec_dtypes
 from playbook.analysis import analyze
@@ -84,18 +84,13 @@ def size_for_l2(kernel: Kernel, multiples: Sequence[float], dtype: str, device: 
         l2, note = int(float(probe["l2_mb"]) * 2**20), f"L2 {float(probe['l2_mb']):g} MiB, the device's"
     else:
         l2, note = CPU_L2_BYTES, f"L2 stand-in {CPU_L2_BYTES // 2**10} KiB: the interpreter has no L2"
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     done = subprocess.run([sys.executable, "-c", SIZING, str(kernel.spec_abs), str(kernel.target_abs.parent), dtype],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=with_package_path(dict(os.environ)), timeout=300)
     if done.returncode != 0:
         raise UserError(f"--l2-multiples: the spec's make_inputs failed at a small shape: "
                         f"{(done.stderr.strip().splitlines() or ['no message'])[-1]}"[:600])
     got = json.loads(done.stdout.strip().splitlines()[-1])
     shape = got["shape"]
-    if len(shape) not in (1, 2):
-        raise UserError(f"--l2-multiples sizes 1-D shapes (n) and 2-D shapes (rows x cols); this spec's benchmark "
-                        f"shapes are {len(shape)}-D (e.g. {_key(shape)})", hint="pass --shapes")
     cols = shape[1] if len(shape) == 2 else None
     shapes = l2_shapes(multiples, l2, len(shape), cols, [tuple(p) for p in got["probes"]])
     return {"multiples": list(multiples), "l2_bytes": l2, "dtype": dtype, "shapes": [list(x) for x in shapes],
