@@ -35,7 +35,7 @@ import sys
 import traceback
 
 from loop.common.namespaces import drop_capabilities, mount_proc, new_pid_namespace, outer_pid
-from loop.common.processes import become_subreaper, die_with_parent, drop_bounding_set, set_dumpable
+from loop.common.processes import become_subreaper, die_with_parent, drop_bounding_set, kill_process_group, set_dumpable
 
 
 def main(control_fd: int) -> int:
@@ -105,7 +105,7 @@ def init(control: socket.socket, namespace: str, subreaper: bool, host_proc: int
             message, fds, _, _ = socket.recv_fds(control, 65536, 8)
             if not message:
                 for pid in kernels:
-                    _kill_group(pid)
+                    kill_process_group(pid)  # not reaped yet: its pid is not reused
                 return 0
             pid = fork_kernel(json.loads(message), fds, host_proc,
                               [control.fileno(), wake_r, wake_w, *(s.fileno() for s in kernels.values())])
@@ -120,13 +120,6 @@ def _drain(fd: int) -> bool:
         return bool(os.read(fd, 512))
     except BlockingIOError:
         return False
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def reap(kernels: dict[int, socket.socket]) -> None:
