@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from loop.common import arena as shared
 from loop.common import timing
 from loop.common.harness import Harness
-from loop.common.jobs import seed_for
+from loop.common.jobs import TIMING_METHODS, seed_for
 from loop.common.outputs import as_outputs
 from loop.judge import audit, corroborate
 from loop.judge.audit import Auditor
@@ -183,7 +183,6 @@ class Bench:
                 empties["batch"][lab].append((self.kernels[lab].answered_at - started) * 1e3)
 
 
-METHODS = ("graph", "eager")  # what a job may ask for (`method`); absent: chosen by `choose_method`
 GRAPH_SAMPLE_LIMIT = 20  # a graph sample may take this many times the intended sample time, no more
 
 
@@ -209,8 +208,8 @@ def choose_method(call_ms: dict[str, float], deciding: list[str], pair: tuple[st
     the intended sample (then every implementation is timed eagerly). Without a pair (a report's
     measurement, compare), the slowest call of the implementations in `deciding` decides. `forced`
     ("graph" or "eager", the job's `method`) overrides the choice."""
-    if forced is not None and forced not in METHODS:
-        raise ValueError(f"unknown timing method {forced!r}; valid: {', '.join(METHODS)}")
+    if forced is not None and forced not in TIMING_METHODS:
+        raise ValueError(f"unknown timing method {forced!r}; valid: {', '.join(TIMING_METHODS)}")
     if forced == "eager":
         return MethodChoice(False, 1, "timed eagerly: asked for (method eager)", True)
     incumbent = pair[0] if pair and pair[0] in call_ms else None

@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 from loop import backends as backend_registry
 from loop import decide
 from loop.common.errors import UserError
-from loop.common.jobs import seed_for
+from loop.common.jobs import TIMING_METHODS, seed_for
 from loop.common.jobs import shape_text as _key
 from loop.decide.check import PLANTED, SCENARIOS, metric, summarize, trial_rows, wants_again
 from loop.measure import probe as probing
@@ -89,7 +89,7 @@ def parse_scenarios(text: str) -> tuple[str, ...]:
     return names
 
 
-METHODS = ("auto", "graph", "eager")  # --method: auto is the judge's own choice (`loop.judge.bench.choose_method`)
+METHODS = ("auto", *TIMING_METHODS)  # --method: auto is the judge's own choice (`loop.judge.bench.choose_method`)
 ROUTINE_SCENARIOS = ("aa", "slowdown", "speedup")  # what --plant runs when no --scenarios are named
 
 
