@@ -58,6 +58,7 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     key = "x".join(map(str, s0["shape"])) if s0 else None
     final_large = next((r for r in final_rows if s0 and r["shape"] == key and r["dtype"] == s0["dtype"]), None)
     experiments = recs[1:]
+    of_records = from_records(recs)
     return {
         "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
         "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
@@ -70,12 +71,11 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
         "final": final_rows, "final_largest": final_large,
         "iterations": len(experiments),
         "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash", "unmeasured")},
-        "median_iteration_wall_s": statistics.median(walls) if (walls := [r.wall_s for r in experiments if not interrupted(r)])
-        else None,
+        "median_iteration_wall_s": statistics.median(walls) if (walls := of_records["experiment_wall_s"]) else None,
         "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
         "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
         "cut_off": cut_off, "suite_wall_s": wall_s,
-        **from_records(recs),
+        **of_records,
     }
 
 
