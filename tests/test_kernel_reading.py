@@ -149,3 +149,60 @@ def test_the_playbook_reads_kernels_by_the_same_rule():
     assert triton | set(cutile_kernels(module, al)) == set(names(kernel_source.kernels(ast.parse(src))))
     assert [is_triton_decorator(d, al, "heuristics") for d in fns["b"].decorators] == [True, False]
     assert set(triton_kernels(module, al)) == {"a", "b", "e"}  # the forward path's reading of device code agrees
+
+
+LAUNCHES = '''
+import cuda.tile as tile
+import triton
+
+
+def run(x, k, kt, kernels):
+    tile.launch(None, (1,), k, (x,))
+    kt[(1,)](x)
+    mod.kt2[(2,)](x)
+    kernels[0][(1,)](x)
+    other.launch(None, (1,), k2, (x,))
+    tile.launch(None, (1,))
+    helper(x)
+'''
+
+
+def test_launches_of_both_languages_are_read_through_the_imports():
+    tree = ast.parse(LAUNCHES)
+    imports = kernel_source.imported_names(tree)
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)]
+    assert sorted(filter(None, (kernel_source.launched(c, imports) for c in calls))) == ["k", "kt", "kt2"]
+    # without the imports only the Triton form is read (the target checks' reading is unchanged)
+    assert sorted(filter(None, (kernel_source.launched(c) for c in calls))) == ["kt", "kt2"]
+    assert sum(kernel_source.is_launch(c) for c in calls) == 3  # `kernels[0][grid](...)` is a launch of no name
+    cutile = [c for c in calls if kernel_source.is_cutile_launch(c, imports)]
+    assert [ast.unparse(kernel_source.launch_argument(c, "args")) for c in cutile] == ["(x,)"]
+
+
+def test_the_playbook_reads_launches_by_the_same_rule():
+    import libcst as cst
+
+    from playbook.cst.aliases import aliases
+    from playbook.cst.launches import imports_of, is_cutile_launch, launched
+    from playbook.cst.source import walk
+
+    module = cst.parse_module(LAUNCHES)
+    imports = imports_of(aliases(module))
+    nodes = [n for n in walk(module) if isinstance(n, cst.Call)]
+    tree = ast.parse(LAUNCHES)
+    expected = sorted(filter(None, (kernel_source.launched(c, kernel_source.imported_names(tree))
+                                    for c in ast.walk(tree) if isinstance(c, ast.Call))))
+    assert sorted(filter(None, (launched(n, imports) for n in nodes))) == expected
+    assert sum(is_cutile_launch(n, imports) for n in nodes) == 1
+
+
+def test_the_cutile_hint_reads_kernels_and_launches_through_the_aliases():
+    from playbook.analysis import analyze
+    from playbook.cutile.hint import CuTileHint
+
+    # read by attribute name alone, `other.launch(...)` passed TILE as a tile size of a cuTile launch
+    src = ("import cuda.tile as cu\nimport other\n\nBLOCK = 64\nTILE = 256\n\n@other.kernel\ndef host(x):\n    pass\n\n"
+           "@cu.kernel\ndef k(x, B: cu.Constant[int]):\n    pass\n\n"
+           "def run(x):\n    other.launch(None, (1,), host, (x, TILE))\n    cu.launch(None, (1,), k, (x, BLOCK))\n")
+    keys = {c.key for c in CuTileHint().candidates(src, analyze(src))}
+    assert keys == {"cutile-hint:k.occupancy=2", "cutile-hint:BLOCK=128"}

@@ -6,7 +6,9 @@ A *kernel* is a function decorated, through the module's imports, by `triton.jit
 `cuda.tile.kernel`; a *device function* is a kernel or a `cuda.tile.function`. Decorators are read
 through aliases: `import triton as tr` makes `@tr.jit` a kernel, `from triton import jit` makes
 `@jit` one; `@numba.jit` or a local `jit` is not. Where the module does not import them (a
-fragment), `triton` and `ct` read as triton and cuda.tile. A *launch* is `kernel[grid](...)`.
+fragment), `triton` and `ct` read as triton and cuda.tile. A *launch* is a Triton launch, the call
+of a subscript `kernel[grid](...)`, or a cuTile launch `ct.launch(stream, grid, kernel, args)`
+(`cuda.tile.launch` read through the imports, its arguments by position: `CUTILE_LAUNCH_ARGS`).
 
 The spec's entry point is what the worker calls (`loop.common.spec`): the spec's `entry` when it
 binds one at module level (an adapter `entry(target, **inputs)`, or any name bound to `entry`),
@@ -24,6 +26,8 @@ DEFAULT_ENTRY = "run"
 TRITON_DECORATORS = ("jit", "autotune", "heuristics")
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
 CUTILE_KERNEL, CUTILE_FUNCTION = "cuda.tile.kernel", "cuda.tile.function"
+CUTILE_LAUNCH = "cuda.tile.launch"
+CUTILE_LAUNCH_ARGS = ("stream", "grid", "kernel", "args")  # ct.launch's arguments, by position
 CONVENTIONAL = {"ct": "cuda.tile"}  # what a name no import binds reads as
 
 
@@ -104,12 +108,35 @@ def device_functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncF
     return {n.name: n for n in tree.body if is_device(n, imports)}
 
 
-def launched(call: ast.Call) -> str:
-    """The kernel a launch `kernel[grid](...)` (or `mod.kernel[grid](...)`) runs; "" for other calls."""
-    if not isinstance(call.func, ast.Subscript):
-        return ""
-    k = call.func.value
-    return k.attr if isinstance(k, ast.Attribute) else k.id if isinstance(k, ast.Name) else ""
+def is_launch(call: ast.Call) -> bool:
+    """A Triton launch: the call of a subscript, `kernel[grid](...)`."""
+    return isinstance(call.func, ast.Subscript)
+
+
+def is_cutile_launch(call: ast.Call, imports: dict[str, str]) -> bool:
+    """A cuTile launch: `ct.launch(stream, grid, kernel, args)`, read through the imports, with every
+    positional argument there."""
+    return dotted(call.func, imports) == CUTILE_LAUNCH and len(call.args) >= len(CUTILE_LAUNCH_ARGS) \
+        and not any(isinstance(a, ast.Starred) for a in call.args[:len(CUTILE_LAUNCH_ARGS)])
+
+
+def launch_argument(call: ast.Call, role: str) -> ast.expr:
+    """The argument of a cuTile launch in `role` (one of `CUTILE_LAUNCH_ARGS`)."""
+    return call.args[CUTILE_LAUNCH_ARGS.index(role)]
+
+
+def _name_of(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def launched(call: ast.Call, imports: dict[str, str] | None = None) -> str:
+    """The kernel a launch runs: `kernel[grid](...)` (or `mod.kernel[grid](...)`), and with the
+    module's `imports`, `ct.launch(stream, grid, kernel, args)` too; "" for other calls."""
+    if is_launch(call):
+        return _name_of(call.func.value)
+    if imports is not None and is_cutile_launch(call, imports):
+        return _name_of(launch_argument(call, "kernel"))
+    return ""
 
 
 def called(fn: ast.AST, names: set[str]) -> set[str]:

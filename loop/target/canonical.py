@@ -5,14 +5,17 @@ local name used once as a launch grid inlined into the launch, keywords of launc
 name order, and module-level names nothing reads (imports, constants, config lists, private helpers)
 dropped.
 
-`loop.target.change` compares versions in this form, layer by layer. Everything here is ast only;
-the trees are copied, never changed in place.
+`loop.target.change` compares versions in this form, layer by layer. What a launch is, is
+`loop.common.kernel_source`'s rule. Everything here is ast only; the trees are copied, never
+changed in place.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+
+from loop.common.kernel_source import is_launch
 
 def is_literal(node: ast.AST) -> bool:
     """A constant, a negated number, or a tuple/list of literals."""
@@ -23,11 +26,6 @@ def is_literal(node: ast.AST) -> bool:
     if isinstance(node, (ast.Tuple, ast.List)):
         return all(is_literal(e) for e in node.elts)
     return False
-
-
-def is_launch(call: ast.Call) -> bool:
-    """`kernel[grid](...)`: a Triton launch."""
-    return isinstance(call.func, ast.Subscript)
 
 
 def is_config(call: ast.Call) -> bool:

@@ -27,7 +27,7 @@ from typing import Callable
 
 from loop.common import kernel_source
 from loop.decide.measurable import Change
-from loop.target.canonical import canonical, drop_dead, dump, is_config, is_launch, is_literal
+from loop.target.canonical import canonical, drop_dead, dump, is_config, is_literal
 
 LAUNCH_KW = ("num_warps", "num_stages", "num_ctas", "maxnreg", "occupancy")
 CONFIG_POSITIONAL = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # triton.Config(kwargs, num_warps, ...)
@@ -203,7 +203,7 @@ class _DropKeywords(ast.NodeTransformer):
 
 
 def launch_layer(tree: ast.Module, _ctx) -> ast.Module:
-    return drop_dead(_DropKeywords(LAUNCH_KW, lambda c: is_launch(c) or is_config(c)).visit(tree))
+    return drop_dead(_DropKeywords(LAUNCH_KW, lambda c: kernel_source.is_launch(c) or is_config(c)).visit(tree))
 
 
 def cache_layer(tree: ast.Module, _ctx) -> ast.Module:
@@ -226,7 +226,7 @@ def _keywords(tree: ast.Module) -> Counter:
     for call in ast.walk(tree):
         if isinstance(call, ast.Call):
             for k in call.keywords:
-                if (k.arg in LAUNCH_KW and (is_launch(call) or is_config(call))) or k.arg in CACHE_KW:
+                if (k.arg in LAUNCH_KW and (kernel_source.is_launch(call) or is_config(call))) or k.arg in CACHE_KW:
                     out[(k.arg, dump(k.value))] += 1
     return out
 

@@ -38,6 +38,7 @@ from playbook.cst.constants import module_int_constants
 from playbook.cst.edits import kwarg_value
 from playbook.cst.imports import imports
 from playbook.cst.kernels import cutile_kernels, has_loop, is_ct_kernel, params
+from playbook.cst.launches import imports_of, is_cutile_launch
 from playbook.cst.names import assignments, global_references, names_in
 from playbook.cst.source import Skip, parse, walk
 from playbook.cutile.kernels import MMA_OPS
@@ -187,7 +188,8 @@ def _launch_statement(module: cst.Module, al: Aliases, kernels: dict[str, cst.Fu
                       ) -> tuple[cst.Call, cst.FunctionDef, list[cst.BaseStatement], int]:
     """The one ct.launch, the module-level wrapper holding it, the wrapper's body and the index of
     the launch statement in it."""
-    launches = calls(module, al.ct, "launch")
+    imported = imports_of(al)
+    launches = [n for n in walk(module) if is_cutile_launch(n, imported)]
     if len(launches) != 1:
         raise Skip(f"{len(launches)} ct.launch calls (one launch expected)")
     launch = launches[0]

@@ -18,18 +18,16 @@ from __future__ import annotations
 import libcst as cst
 
 from playbook.analysis import Analysis
+from playbook.cst.aliases import Aliases, aliases
 from playbook.cst.constants import SetConstant, module_int_constants
+from playbook.cst.kernels import is_ct_kernel
+from playbook.cst.launches import cutile_launch_argument, imports_of, is_cutile_launch
 from playbook.cutile.tune_space import owned_knobs
 from playbook.recipe import Candidate, register, with_sweep
 
 MAX_OCCUPANCY = 32
 MAX_TILE = 4096
 SWEEP_DOUBLINGS = 4  # tile sizes a sweep times: x2 .. x16
-
-
-def _is_ct_kernel(dec: cst.Decorator) -> bool:
-    node = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-    return isinstance(node, cst.Attribute) and node.attr.value == "kernel" or isinstance(node, cst.Name) and node.value == "kernel"
 
 
 def _occupancy(dec: cst.Decorator) -> int | None:
@@ -43,15 +41,15 @@ def _occupancy(dec: cst.Decorator) -> int | None:
 
 
 class _SetOccupancy(cst.CSTTransformer):
-    def __init__(self, kernel: str, value: int):
-        self.kernel, self.value = kernel, value
+    def __init__(self, kernel: str, value: int, al: Aliases):
+        self.kernel, self.value, self.al = kernel, value, al
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         if updated.name.value != self.kernel:
             return updated
         decs = []
         for dec in updated.decorators:
-            if _is_ct_kernel(dec):
+            if is_ct_kernel(dec, self.al):
                 new_arg = cst.Arg(keyword=cst.Name("occupancy"), value=cst.Integer(str(self.value)),
                                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                                         whitespace_after=cst.SimpleWhitespace("")))
@@ -69,14 +67,13 @@ class _SetOccupancy(cst.CSTTransformer):
 class _LaunchConstants(cst.CSTVisitor):
     """UPPERCASE module constants passed as kernel arguments in ct.launch(stream, grid, kernel, (args))."""
 
-    def __init__(self, constants: dict[str, int]):
-        self.constants, self.found = constants, {}
+    def __init__(self, constants: dict[str, int], al: Aliases):
+        self.constants, self.found, self.imports = constants, {}, imports_of(al)
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "launch") or len(node.args) < 4:
+        if not self.constants or not is_cutile_launch(node, self.imports):
             return
-        args = node.args[3].value
+        args = cutile_launch_argument(node, "args")
         if isinstance(args, (cst.Tuple, cst.List)):
             for el in args.elements:
                 if isinstance(el.value, cst.Name) and el.value.value in self.constants:
@@ -96,7 +93,7 @@ class CuTileHint:
 
     def candidates(self, source: str, analysis: Analysis) -> list[Candidate]:
         module = cst.parse_module(source)
-        owned = owned_knobs(module)
+        al, owned = aliases(module), owned_knobs(module)
         out = []
         for stmt in module.body:
             if not isinstance(stmt, cst.FunctionDef):
@@ -104,14 +101,14 @@ class CuTileHint:
             if not analysis.on_path(stmt.name.value):
                 continue  # a kernel the entry point's forward path never launches
             for dec in stmt.decorators:
-                if not _is_ct_kernel(dec):
+                if not is_ct_kernel(dec, al):
                     continue
                 occ = _occupancy(dec)
                 if occ is None or max(occ * 2, 2) > MAX_OCCUPANCY or "occupancy" in owned:
                     continue
                 new, old = max(occ * 2, 2), str(occ) if occ else "auto"
                 kernel = stmt.name.value
-                code = module.visit(_SetOccupancy(kernel, new)).code
+                code = module.visit(_SetOccupancy(kernel, new, al)).code
                 cand = Candidate(self.id, "occupancy", f"{self.id}:{kernel}.occupancy={new}",
                                  f"{kernel} occupancy {old} -> {new}",
                                  f"occupancy {old} -> {new}: more CTAs resident per SM to hide memory latency; expect "
@@ -120,10 +117,10 @@ class CuTileHint:
                 values = occupancy_sweep(occ)
                 out.append(with_sweep(cand, f"{kernel} occupancy", old, f"{self.id}:{kernel}.occupancy",
                                       [(v, f"{self.id}:{kernel}.occupancy={v}",
-                                        module.visit(_SetOccupancy(kernel, v)).code) for v in values],
+                                        module.visit(_SetOccupancy(kernel, v, al)).code) for v in values],
                                       f"occupancy {old} -> each of {{{','.join(map(str, values))}}}: the CTAs per SM "
                                       f"that hide memory latency best without running out of registers"))
-        consts = _LaunchConstants(module_int_constants(module))
+        consts = _LaunchConstants(module_int_constants(module), al)
         module.visit(consts)
         for name, value in consts.found.items():
             if value * 2 > MAX_TILE or name in owned:
@@ -148,13 +145,13 @@ class CuTileHint:
         """Keys of the values the source already has (occupancy stated on a kernel, tile constants at
         the launch): a kept version's values are never proposed again, by a step or a sweep."""
         module = cst.parse_module(source)
-        keys = []
+        al, keys = aliases(module), []
         for stmt in module.body:
             if isinstance(stmt, cst.FunctionDef):
                 for dec in stmt.decorators:
-                    if _is_ct_kernel(dec) and (occ := _occupancy(dec)):
+                    if is_ct_kernel(dec, al) and (occ := _occupancy(dec)):
                         keys.append(f"{self.id}:{stmt.name.value}.occupancy={occ}")
-        consts = _LaunchConstants(module_int_constants(module))
+        consts = _LaunchConstants(module_int_constants(module), al)
         module.visit(consts)
         return keys + [f"{self.id}:{name}={value}" for name, value in consts.found.items()]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from playbook.cst.aliases import is_call
 from playbook.cst.kernels import module_functions
+from playbook.cst.launches import cutile_launch_argument, is_cutile_launch
 from playbook.cst.names import assign_of, assignments
 from playbook.cst.source import Skip, walk
 
@@ -28,8 +28,8 @@ class CtLaunch:
 
 def _launch_parts(node: cst.CSTNode, ct: str, kernel: str) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """(grid, args) when `node` launches (or plans the launch of) `kernel`."""
-    if is_call(node, ct, "launch") and len(node.args) >= 4:
-        parts = [a.value for a in node.args[1:4]]
+    if isinstance(node, cst.Call) and is_cutile_launch(node, {ct: "cuda.tile"}):
+        parts = [cutile_launch_argument(node, role) for role in ("grid", "kernel", "args")]
     elif isinstance(node, cst.Tuple) and len(node.elements) >= 3:
         parts = [e.value for e in node.elements[:3]]
     else:

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 import libcst as cst
 
 from playbook.analysis import Analysis
-from playbook.cst.aliases import Aliases, is_call
+from playbook.cst.aliases import Aliases
 from playbook.cst.edits import replace
 from playbook.cst.imports import imports
 from playbook.cst.kernels import ct_kernels, module_functions, params
+from playbook.cst.launches import cutile_launch_argument, imports_of, is_cutile_launch
 from playbook.cst.names import assign_of, global_references
 from playbook.cst.source import Skip, checked, parse, walk
 from playbook.cst.templates import Rename, match, template, without_docstring
@@ -58,11 +59,12 @@ class Site:
 
 def _launch_site(module: cst.Module, al: Aliases, kernel: str) -> Site:
     sites: list[tuple[cst.FunctionDef, cst.BaseExpression, cst.Name]] = []
+    imports = imports_of(al)
     for fn in module_functions(module):
         for node in walk(fn.body):
-            if (is_call(node, al.ct, "launch") and len(node.args) >= 4 and isinstance(node.args[2].value, cst.Name)
-                    and node.args[2].value.value == kernel):
-                sites.append((fn, node.args[3].value, node.args[2].value))
+            if (is_cutile_launch(node, imports) and isinstance(cutile_launch_argument(node, "kernel"), cst.Name)
+                    and cutile_launch_argument(node, "kernel").value == kernel):
+                sites.append((fn, cutile_launch_argument(node, "args"), cutile_launch_argument(node, "kernel")))
             elif (isinstance(node, cst.Tuple) and len(node.elements) >= 3
                   and isinstance(node.elements[1].value, cst.Name) and node.elements[1].value.value == kernel):
                 sites.append((fn, node.elements[2].value, node.elements[1].value))
