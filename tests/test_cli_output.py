@@ -18,7 +18,7 @@ from loop import decide
 from loop.cli import main
 from loop.common.files import atomic_write_text, umask
 from loop.run.progress import ProgressView, latency_text
-from loop.run.unattended import Unattended
+from loop.run import unattended
 
 
 def test_latencies_print_six_significant_digits():
@@ -33,7 +33,7 @@ def test_the_stop_line_of_an_unattended_run_rounds_its_best_latency():
     run = SimpleNamespace(state=state, save=lambda: None, log=lines.append, timing_mode="interpreter",
                           stop_state=lambda **_: decide.StopState("stop", "no improvement twice in a row"),
                           progress_view=ProgressView("r", 5, log=lines.append, live=False))
-    Unattended._run_loop(run, None)
+    unattended.loop(run, None)
     assert lines[-1] == "stopped: stop: no improvement twice in a row; best 12.7587 ms at 0123456789"
 
 

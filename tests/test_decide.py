@@ -402,15 +402,15 @@ def test_an_interruption_is_not_a_crash_for_the_stop_rules():
     as an iteration, but neither as a crash nor as a non-improvement."""
     from types import SimpleNamespace
 
-    from loop.run.experiment import Experiment
+    from loop.run.core import Run
 
     state = SimpleNamespace(last_iteration=3, active_s=10.0, outcomes=["keep", "crash", "crash"],
                             verdicts=["improved", "compile_error", "interrupted"], crash_causes=["compile_error", "interrupted"])
-    p = Experiment.progress(SimpleNamespace(state=state, timing_mode="gpu"))
+    p = Run.progress(SimpleNamespace(state=state, timing_mode="gpu"))
     assert p.iterations == 3 and p.outcomes == ("keep", "crash") and p.crash_causes == ("compile_error",)
     assert p.last_verdict == "compile_error"
     policy = Policy(max_iters=25, early_stop=False)
     assert stop_state(policy, p).state == "continue"
     # a second genuine crash still escalates
     state.outcomes.append("crash"), state.verdicts.append("runtime_error"), state.crash_causes.append("runtime_error")
-    assert stop_state(policy, Experiment.progress(SimpleNamespace(state=state, timing_mode="gpu"))).state == "escalate"
+    assert stop_state(policy, Run.progress(SimpleNamespace(state=state, timing_mode="gpu"))).state == "escalate"

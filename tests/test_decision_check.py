@@ -249,16 +249,16 @@ HELPER = VECTOR_ADD + "\n\n@triton.jit\ndef helper(x):\n    return x + 1\n"
     ((VECTOR_ADD, HELPER), judge_raw(factor=0.8)),  # a change no check ran
 ])
 def test_a_trial_is_decided_as_an_iteration_decides_the_same_judged_measurement(tmp_path, sources, raw):
-    """decision-check's decision of a judge's result is the one `Iteration._decide` takes of it (the
+    """decision-check's decision of a judge's result is the one `iteration.judgement` takes of it (the
     target backend alone, no guard backends), first and second look."""
-    from loop.run.iteration import Iteration
+    from loop.run import iteration
 
     out = decision_check.outcome("interpreter", raw, tmp_path, *sources)
     results = {"interpreter": evaluate.to_backend_result("interpreter", raw, "candidate", tmp_path, tmp_path)}
     can = decide.measurability(describe(*sources), "interpreter")
     loop = types.SimpleNamespace(state=types.SimpleNamespace(target_backend="interpreter"), policy=POLICY)
     for remeasured in (False, True):
-        theirs = Iteration._decide(loop, results, {"interpreter": raw}, sources, remeasured=remeasured,
+        theirs = iteration.judgement(loop, results, {"interpreter": raw}, sources, remeasured=remeasured,
                                    unmeasurable="" if can.measurable else can.reason)
         mine = judged_decision(POLICY, out, remeasured)
         assert (mine.action, mine.verdict, mine.speedup) == (theirs.action, theirs.verdict, theirs.speedup)

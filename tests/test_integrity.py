@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from test_void import edit, run, step  # noqa: F401  (fixture)
+from test_void import edit, evaluate, run, step  # noqa: F401  (fixture)
 
 from loop.cli import main
 from loop.common.errors import IntegrityError
@@ -76,7 +76,7 @@ def test_git_files_planted_between_steps_are_restored_and_the_step_refused(run, 
     assert not hook.exists() and not (repo / ".git" / "info" / "attributes").exists()
     saved = list(exp.dir.glob("refused/*/git/.git/hooks/post-commit"))
     assert len(saved) == 1
-    record, _ = exp.evaluate("BLOCK 128 -> 1024")
+    record, _ = evaluate(exp, "BLOCK 128 -> 1024")
     assert record.status == "keep" and not (tmp_path / "ran").exists()
 
 
@@ -90,6 +90,6 @@ def test_a_run_begun_with_only_a_config_snapshot_gets_the_whole_snapshot(run):  
         fh.write("[core]\n\tfsmonitor = true\n")
     edit(repo, 1024)
     with pytest.raises(IntegrityError, match=r"\.git/config"):
-        exp.evaluate("BLOCK 128 -> 1024")
+        evaluate(exp, "BLOCK 128 -> 1024")
     assert "fsmonitor" not in config.read_text() and (exp.dir / "git-state" / ".git" / "hooks").is_dir()
-    assert exp.evaluate("BLOCK 128 -> 1024")[0].status == "keep"
+    assert evaluate(exp, "BLOCK 128 -> 1024")[0].status == "keep"

@@ -28,6 +28,7 @@ from loop.common import settings as settings_mod
 from loop.records import experience, gitops
 from loop.records.results import BackendResult, Record, append_record
 from loop.run import state as st
+from loop.run import suggest
 from loop.run.experiment import open_run
 from loop.target.contract import source_hash
 from loop.tools import doctor
@@ -242,7 +243,7 @@ def test_suggestions_skip_keys_the_run_tried_and_sources_it_measured(kernel_repo
     state = make_run(kernel_repo)
     settings = settings_mod.load()
     exp = open_run(None, settings)
-    first = exp.suggestions(limit=5)
+    first = suggest.suggestions(exp, limit=5)
     assert len(first) == 5 and all(s["apply"] == f"tileloop step --recipe {s['recipe']} --key {s['key']}" for s in first)
     tried, by_hand = first[0]["key"], first[1]["key"]
     # one candidate tried by key; another's exact source measured as an agent's hand edit (no key)
@@ -254,7 +255,7 @@ def test_suggestions_skip_keys_the_run_tried_and_sources_it_measured(kernel_repo
                   target_backend="interpreter", backends={}, commit=None, parent=state.best_commit,
                   source_hash=source_hash(source))
     append_record(exp.results_path, edit)
-    later = open_run(None, settings).suggestions(limit=5)
+    later = suggest.suggestions(open_run(None, settings), limit=5)
     assert tried not in keys(later) and by_hand not in keys(later)
     assert keys(later)[:3] == keys(first)[2:5]  # the rest keep their order
 
@@ -263,13 +264,13 @@ def test_suggestions_skip_a_change_no_checked_shape_runs(kernel_repo, capsys):
     source = two_kernels((kernel_repo / TARGET).read_text())
     make_run(kernel_repo, source, coverage=(["add_kernel"], ["run"]))
     settings = settings_mod.load()
-    assert "eviction-policy:evict_first" not in keys(open_run(None, settings).suggestions(limit=20))
+    assert "eviction-policy:evict_first" not in keys(suggest.suggestions(open_run(None, settings), limit=20))
     code, payload = call(capsys, ["step", "--recipe", "eviction-policy"])
     assert code == 2 and "sub_kernel, which no checked shape runs" in payload["error"], payload
     assert (kernel_repo / TARGET).read_text() == source
     # the same run without a record of what its checks ran: the candidate is offered
     (st.run_dir(kernel_repo, RUN) / "logs" / "iter-000" / "worker-interpreter.result.json").unlink()
-    assert "eviction-policy:evict_first" in keys(open_run(None, settings).suggestions(limit=20))
+    assert "eviction-policy:evict_first" in keys(suggest.suggestions(open_run(None, settings), limit=20))
 
 
 @pytest.mark.parametrize("argv, error", [

@@ -505,7 +505,7 @@ def test_next_candidate_offers_tileir_configs_only_on_tileir_runs():
                                                   ("interpreter", "cpu", False)])
 def test_the_loop_passes_its_target_backend_and_architecture_to_the_playbook(backend, arch, offered, monkeypatch):
     from loop.common import settings as settings_mod
-    from loop.run import experiment, suggest
+    from loop.run import core, suggest
     from loop.run.state import RunState
 
     source = autotuned("softmax")
@@ -515,9 +515,9 @@ def test_the_loop_passes_its_target_backend_and_architecture_to_the_playbook(bac
                      backends=[backend], availability={}, base_commit="0" * 40, seed=0,
                      env={"capability": [10, 0]} if arch == "sm_100" else {}, untracked_at_start=[], policy={},
                      best_commit="0" * 40)
-    run = experiment.Experiment(REPO_ROOT, state, settings_mod.load())
+    run = core.Run(REPO_ROOT, state, settings_mod.load())
     assert run.arch == arch
-    kinds = [s["kind"] for s in run.suggestions(limit=9)]
+    kinds = [s["kind"] for s in suggest.suggestions(run, limit=9)]
     assert ("tileir-configs" in kinds) == offered, kinds
     assert "persistent" in kinds
 

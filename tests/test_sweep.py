@@ -23,8 +23,10 @@ from loop.records import gitops, history
 from loop.records.perf_table import measurement_lines
 from loop.records.results import BackendResult, Record, read_records
 from loop.run import state as st
+from loop.run import iteration, resume, suggest, unattended
+from loop.run import sweep as sweeping
 from loop.run.experiment import open_run
-from loop.run.sweep import MAX_MEASUREMENTS, Sweeping
+from loop.run.sweep import MAX_MEASUREMENTS
 from playbook.analysis import analyze
 from playbook.recipe import Sweep
 from test_json_contract import RUN, TARGET, make_run
@@ -177,7 +179,7 @@ class Fake:
 def stage(kernel_repo, monkeypatch, outcomes, key="launch-param:BLOCK=256"):
     make_run(kernel_repo)
     fake = Fake(outcomes)
-    monkeypatch.setattr(Sweeping, "_measure_values", fake)
+    monkeypatch.setattr(sweeping, "measure_values", lambda run, *a: fake(*a))
     exp = open_run(RUN, load_settings(), log=lambda _: None)
     cand = next(c for c in playbook.get("launch-param").candidates(VECTOR_ADD, analyze(VECTOR_ADD)) if c.key == key)
     return exp, cand, fake
@@ -185,7 +187,7 @@ def stage(kernel_repo, monkeypatch, outcomes, key="launch-param:BLOCK=256"):
 
 def test_a_value_that_fails_is_dropped_and_the_rest_measured_again(kernel_repo, monkeypatch):
     exp, cand, fake = stage(kernel_repo, monkeypatch, [("incorrect", "sweep-1024", "wrong at (127,)"), "ok"])
-    summary, chosen = exp.sweep_stage(1, cand, cand.sweep, "h")
+    summary, chosen = sweeping.sweep_stage(exp, 1, cand, cand.sweep, "h")
     assert fake.asked == [[256, 512, 1024, 2048], [256, 512, 2048]]
     assert chosen.value == 2048 and summary["chosen"] == 2048 and summary["measurements"] == 2
     by = {v["value"]: v for v in summary["values"]}
@@ -198,21 +200,21 @@ def test_a_value_that_fails_is_dropped_and_the_rest_measured_again(kernel_repo, 
 def test_the_repeats_are_bounded_and_a_failure_of_no_value_stops_the_sweep(kernel_repo, monkeypatch):
     fails = [("incorrect", f"sweep-{v}", "wrong") for v in (256, 512, 1024)]
     exp, cand, fake = stage(kernel_repo, monkeypatch, fails)
-    summary, chosen = exp.sweep_stage(1, cand, cand.sweep, "h")
+    summary, chosen = sweeping.sweep_stage(exp, 1, cand, cand.sweep, "h")
     assert chosen is None and len(fake.asked) == MAX_MEASUREMENTS
     assert [v["status"] for v in summary["values"]] == ["incorrect"] * 3 + [sweeps.NOT_MEASURED]
     fake2 = Fake([("runtime_error", "incumbent", "the incumbent died")])
-    monkeypatch.setattr(Sweeping, "_measure_values", fake2)
-    summary, chosen = exp.sweep_stage(1, cand, cand.sweep, "h")
+    monkeypatch.setattr(sweeping, "measure_values", lambda run, *a: fake2(*a))
+    summary, chosen = sweeping.sweep_stage(exp, 1, cand, cand.sweep, "h")
     assert chosen is None and {v["status"] for v in summary["values"]} == {sweeps.NOT_MEASURED}
 
 
 def test_a_variable_the_interpreter_cannot_time_is_not_swept_and_goes_unmeasured(kernel_repo, monkeypatch):
     exp, cand, fake = stage(kernel_repo, monkeypatch, [], key="launch-param:num_warps=2")
     seen = {}
-    monkeypatch.setattr(Sweeping, "evaluate", lambda self, title, hyp, recipe, key, **kw: seen.update(
-        title=title, key=key, source=(kernel_repo / TARGET).read_text(), **kw))
-    exp.apply_candidate(cand)
+    monkeypatch.setattr(iteration, "evaluate", lambda run, it: seen.update(
+        title=it.optimization, key=it.key, source=it.source, sweep=it.sweep))
+    iteration.evaluate(exp, iteration.candidate(exp, cand))
     assert fake.asked == []  # nothing timed
     assert seen["title"] == "NUM_WARPS sweep 1 -> {2,4,8,16}" and seen["key"] == "launch-param:num_warps=sweep(2,4,8,16)"
     assert seen["sweep"]["chosen"] is None and not seen["sweep"]["timed"]
@@ -229,16 +231,16 @@ def test_a_kill_during_the_sweep_leaves_the_tree_at_the_best_and_counts_no_itera
         raise Killed  # as a kill -9 in the judged measurement: state.json as it was on disk
 
     exp, cand, _ = stage(kernel_repo, monkeypatch, [])
-    monkeypatch.setattr(Sweeping, "_measure_values", killed)
+    monkeypatch.setattr(sweeping, "measure_values", killed)
     best = st.load(kernel_repo, RUN).best_commit
     for attempt in (1, 2):
         with pytest.raises(Killed):
-            open_run(RUN, load_settings(), log=lambda _: None).apply_candidate(cand)
+            iteration.candidate(open_run(RUN, load_settings(), log=lambda _: None), cand)
         state = st.load(kernel_repo, RUN)
         assert state.inflight["stage"] == "sweep" and state.inflight["key"] == cand.sweep.key
         assert gitops.head_sha(kernel_repo) == best and not git(kernel_repo, "status", "--porcelain", "--", TARGET).strip()
         resumed = open_run(RUN, load_settings(), log=lambda _: None)
-        assert resumed.repair() is None
+        assert resume.repair(resumed) is None
         state = st.load(kernel_repo, RUN)
         assert state.inflight is None and state.last_iteration == 0 and len(read_records(resumed.results_path)) == 1
         # once cut off, the sweep is tried again; twice, it counts as tried (its values may still be stepped)
@@ -296,39 +298,40 @@ def test_the_unattended_loop_sweeps_the_candidate_it_proposes(kernel_repo, monke
     exp.state.skip_recipes = [r.id for r in playbook.recipes() if r.id != "launch-param"]
     exp.settings = dataclasses.replace(exp.settings, judge_host=False)  # nothing is measured: no judge to host
     seen = {}
-    monkeypatch.setattr(Sweeping, "evaluate", lambda self, title, hyp, recipe, key, **kw: seen.update(key=key, **kw))
-    exp.run_loop(max_iters=1)
+    monkeypatch.setattr(iteration, "evaluate", lambda run, it: seen.update(key=it.key, sweep=it.sweep))
+    unattended.run_loop(exp, max_iters=1)
     assert seen["key"].startswith("launch-param:") and "=sweep(" in seen["key"] and seen["sweep"]["values"]
     assert seen["sweep"]["timed"] == bool(fake.asked)  # a block size is timed; num_warps under the interpreter is not
 
 
 def test_an_experiment_interrupted_after_its_sweep_keeps_the_sweep_in_its_record(kernel_repo, monkeypatch):
     exp, cand, _ = stage(kernel_repo, monkeypatch, ["ok"])
-    summary, chosen = exp.sweep_stage(1, cand, cand.sweep, "h")
-    exp._apply(1, cand.sweep.key, cand.sweep.named(chosen.value), "h", cand.recipe, chosen.source, summary)
-    record = open_run(RUN, load_settings(), log=lambda _: None).repair()  # as after a kill on entering commit
+    summary, chosen = sweeping.sweep_stage(exp, 1, cand, cand.sweep, "h")
+    iteration.apply(exp, iteration.Iteration(1, cand.sweep.named(chosen.value), "h", cand.recipe, cand.sweep.key,
+                                             source=chosen.source, sweep=summary))
+    record = resume.repair(open_run(RUN, load_settings(), log=lambda _: None))  # as after a kill on entering commit
     assert record.status == "crash" and record.optimization.endswith("(interrupted)") and record.sweep == summary
     assert gitops.head_sha(kernel_repo) == st.load(kernel_repo, RUN).best_commit  # the tree restorable: at the best
 
 
 def test_step_recipe_takes_the_sweep_unless_a_key_names_one_value(kernel_repo, monkeypatch):
     exp, _, _ = stage(kernel_repo, monkeypatch, [])
-    first = exp.recipe_candidate("launch-param")
+    first = suggest.recipe_candidate(exp, "launch-param")
     assert first.sweep is not None and first.sweep.values[0].key == first.key
-    assert exp.recipe_candidate("launch-param", first.key).sweep is None  # that value alone, as before sweeps
-    assert exp.recipe_candidate("launch-param", first.sweep.key).sweep == first.sweep
+    assert suggest.recipe_candidate(exp, "launch-param", first.key).sweep is None  # that value alone, as before sweeps
+    assert suggest.recipe_candidate(exp, "launch-param", first.sweep.key).sweep == first.sweep
     exp.state.tried.append(first.sweep.values[1].key)  # a value tried: the sweep's key is the rest's
     rest = first.sweep.untried(exp.state.tried)
-    assert exp.recipe_candidate("launch-param", rest.key).sweep == first.sweep
+    assert suggest.recipe_candidate(exp, "launch-param", rest.key).sweep == first.sweep
 
 
 def test_suggestions_offer_the_sweep_beside_the_one_value(kernel_repo, monkeypatch):
     exp, _, _ = stage(kernel_repo, monkeypatch, [])
-    found = {s["key"]: s for s in exp.suggestions(limit=20)}
+    found = {s["key"]: s for s in suggest.suggestions(exp, limit=20)}
     block = found["launch-param:BLOCK=256"]
     assert block["sweep"] == {"key": "launch-param:BLOCK=sweep(256,512,1024,2048)",
                               "optimization": "BLOCK sweep 128 -> {256,512,1024,2048}", "values": [256, 512, 1024, 2048],
                               "apply": "tileloop step --recipe launch-param --key 'launch-param:BLOCK=sweep(256,512,1024,2048)'"}
     assert "sweep" not in found.get("eviction-policy:evict_first", {})  # a hint has no values to sweep
     exp.state.tried += ["launch-param:BLOCK=512", "launch-param:BLOCK=1024", "launch-param:BLOCK=2048"]
-    assert "sweep" not in {s["key"]: s for s in exp.suggestions(limit=20)}["launch-param:BLOCK=256"]
+    assert "sweep" not in {s["key"]: s for s in suggest.suggestions(exp, limit=20)}["launch-param:BLOCK=256"]

@@ -23,7 +23,10 @@ from loop.records import experience, gitops, history
 from loop.records.perf_table import Row
 from loop.records.results import BackendResult
 from loop.run import state as st
-from loop.run.experiment import Experiment, open_run
+from loop.run import iteration, measuring
+from loop.run.baseline import baseline
+from loop.run.core import Run
+from loop.run.experiment import open_run
 
 KERNEL = Path(__file__).resolve().parent.parent / "kernels" / "vector_add"
 TARGET, SPEC = "kernels/vector_add/vector_add_triton.py", "kernels/vector_add/spec.py"
@@ -35,7 +38,7 @@ def git(root: Path, *args: str) -> str:
 
 
 class Judge:
-    """Stands in for `Measuring._measure`: the incumbent at 2 ms and the candidate at 1 ms (a clear keep),
+    """Stands in for `measuring.measure_version`: the incumbent at 2 ms and the candidate at 1 ms (a clear keep),
     unless told otherwise; `during` runs while the candidate is 'measured'."""
 
     def __init__(self):
@@ -63,20 +66,20 @@ def run(tmp_path, monkeypatch):
     git(repo, "commit", "-qm", "kernel")
     monkeypatch.chdir(repo)
     judge = Judge()
-    monkeypatch.setattr(Experiment, "_measure", lambda self, *a, **k: judge(self, *a, **k))
-    monkeypatch.setattr(Experiment, "judge_ahead", lambda self, n: None)
+    monkeypatch.setattr(measuring, "measure_version", judge)
+    monkeypatch.setattr(measuring, "judge_ahead", lambda run, n: None)
     state = st.RunState(run_id="r", branch="tileloop/r", origin_branch="main", target=TARGET, spec=SPEC,
                         language="triton", op="vector_add", device="cpu", target_backend="interpreter",
                         backends=["interpreter"], availability={"interpreter": {"available": True, "reason": ""}},
                         base_commit=gitops.head_sha(repo), seed=0, env={}, untracked_at_start=[],
                         policy=asdict(decide.Policy()), created="now")
-    exp = Experiment(repo, state, Settings(judge_host=False), log=lambda line: None)
+    exp = Run(repo, state, Settings(judge_host=False), log=lambda line: None)
     gitops.ensure_excluded(repo, "/sandbox/")
     exp.save()
     st.set_current(repo, "r")
     gitops.create_branch(repo, state.branch)
     exp.snapshot_git_dir()
-    exp.baseline()
+    baseline(exp)
     return repo, exp, judge
 
 
@@ -85,12 +88,17 @@ def edit(repo: Path, block: int) -> None:
     path.write_text(path.read_text().replace("BLOCK = 128", f"BLOCK = {block}"))
 
 
-def step(exp: Experiment, block: int, key: str | None = None):
+def evaluate(exp: Run, optimization: str, hypothesis: str = "", key: str | None = None):
+    """The agent's edit in the tree, evaluated as `tileloop step -m` does."""
+    return iteration.evaluate(exp, iteration.edit(exp, optimization, hypothesis, key=key))
+
+
+def step(exp: Run, block: int, key: str | None = None):
     edit(exp.root, block)
-    return exp.evaluate(f"BLOCK 128 -> {block}", "bigger blocks", key=key)
+    return evaluate(exp, f"BLOCK 128 -> {block}", "bigger blocks", key=key)
 
 
-def assert_void(record, exp: Experiment, what: str) -> None:
+def assert_void(record, exp: Run, what: str) -> None:
     assert (record.status, record.correctness, record.decision["verdict"]) == ("unmeasured", "not checked", "void")
     assert what in record.decision["reason"] and "nothing is charged to the candidate" in record.decision["reason"]
     backend = record.backends["interpreter"]
@@ -206,7 +214,7 @@ def test_records_changed_between_steps_are_refused(run):
     tampered = state_file.read_text()
     edit(repo, 1024)
     with pytest.raises(IntegrityError, match=r"changed outside tileloop .*state\.json"):
-        open_run("r", Settings(judge_host=False), log=lambda line: None).evaluate("BLOCK 128 -> 1024")
+        evaluate(open_run("r", Settings(judge_host=False), log=lambda line: None), "BLOCK 128 -> 1024")
     assert state_file.read_text() == tampered and gitops.head_sha(repo) == data["best_commit"]  # nothing written
     state_file.write_text(json.dumps(data, indent=1, sort_keys=True))  # put back: accepted again
     with open(exp.results_path, "a") as fh:
@@ -252,7 +260,7 @@ def test_a_state_rewritten_within_a_run_is_refused_at_the_next_iteration(run):
     edit(repo, 1024)
     for held in (exp, fresh):
         with pytest.raises(IntegrityError, match=r"state\.json"):
-            held.evaluate("BLOCK 128 -> 1024")
+            evaluate(held, "BLOCK 128 -> 1024")
         assert path.read_text() == forged
 
 

@@ -22,6 +22,7 @@ from loop.cli.common import (
 from loop.common.errors import UserError
 from loop.measure import external, probe
 from loop.records import gitops
+from loop.run import iteration, resume, suggest, unattended
 from loop.run.demo import demo_ops, make_demo_repository
 from loop.run.experiment import open_run
 from loop.run.init import describe, in_progress, init_run
@@ -115,7 +116,7 @@ def cmd_init(args, settings) -> int:
     rec = exp.records()[0]
     label = " (Triton interpreter timing, not a GPU number)" if rec.interpreter else ""
     order = run_order(exp)
-    emit(args, {**status_payload(exp), "baseline": record_summary(rec), "suggestions": exp.suggestions(), "plan": order},
+    emit(args, {**status_payload(exp), "baseline": record_summary(rec), "suggestions": suggest.suggestions(exp), "plan": order},
          f"run {exp.state.run_id} on branch {exp.state.branch}: baseline {rec.latency_ms:.6f} ms{label}\n"
          + "\n".join(order_text(order)) + "\n"
          f"next: edit {exp.state.target}, then tileloop step --optimization '...' --hypothesis '...'; "
@@ -130,18 +131,20 @@ def cmd_step(args, settings) -> int:
         raise UserError("step needs --optimization (what your edit of the target is) or --recipe ID",
                         hint="tileloop step --optimization 'BLOCK 128 -> 256' --hypothesis '...'")
     exp = open_run(args.run, settings)
-    if args.recipe:
-        cand = exp.recipe_candidate(args.recipe, args.key)
-        rec, stop = exp.step_recipe(cand, args.optimization, args.hypothesis, rationale=args.rationale,
-                                    expected=args.expected)
-    else:
-        rec, stop = exp.evaluate(args.optimization, args.hypothesis or "", allow_unchanged=args.allow_unchanged,
-                                 rationale=args.rationale, expected=args.expected)
+    if args.recipe:  # the playbook's candidate proposed, on a tree that holds no other edit
+        cand = suggest.recipe_candidate(exp, args.recipe, args.key)
+        suggest.require_no_edit(exp)
+        it = iteration.candidate(exp, cand, args.optimization, args.hypothesis, rationale=args.rationale,
+                                 expected=args.expected)
+    else:  # the agent's own edit of the target
+        it = iteration.edit(exp, args.optimization, args.hypothesis or "", allow_unchanged=args.allow_unchanged,
+                            rationale=args.rationale, expected=args.expected)
+    rec, stop = iteration.evaluate(exp, it)
     payload = {**record_summary(rec), "run": exp.state.run_id, "stop": stop.to_json(),
                "noise_band": {"lo": rec.decision.get("lo"), "hi": rec.decision.get("hi"),
                               "per_shape": rec.decision.get("shapes", [])},
                "best_commit": exp.state.best_commit, "best_latency_ms": exp.state.best_latency_ms,
-               "suggestions": exp.suggestions()}
+               "suggestions": suggest.suggestions(exp)}
     band = rec.decision.get("lo"), rec.decision.get("hi")
     text = (f"#{rec.iteration} {rec.optimization}: {rec.status} ({rec.decision.get('verdict')}) {rec.decision.get('reason', '')}\n"
             f"noise band: {band[0]}-{band[1]}; stop state: {stop.state} {stop.reason}")
@@ -153,13 +156,13 @@ def cmd_run(args, settings) -> int:
     live = None if args.branch else _run_in_progress(args)
     if live is None:
         exp = _init(args, settings, mode="run")
-        return finish_run(args, exp, exp.run_loop())
+        return finish_run(args, exp, unattended.run_loop(exp))
     exp = open_run(live.run_id, settings)
     exp.log(f"a run of {live.target} is in progress ({describe(live)}): continuing it unattended")
     policy = policy_of(args)
     exp.state.policy.update(max_iters=policy.max_iters, time_budget_s=policy.time_budget_s, early_stop=policy.early_stop)
     exp.state.mode = "run"
-    return _go_on(args, exp, settings, unattended=True)
+    return _go_on(args, exp, settings, go_on=True)
 
 
 def _run_in_progress(args):
@@ -182,21 +185,21 @@ def cmd_resume(args, settings) -> int:
     exp = open_run(args.run, settings)
     if args.max_iters:
         exp.state.policy["max_iters"] = args.max_iters
-    return _go_on(args, exp, settings, unattended=exp.state.mode == "run" and not args.no_continue)
+    return _go_on(args, exp, settings, go_on=exp.state.mode == "run" and not args.no_continue)
 
 
-def _go_on(args, exp, settings, unattended: bool) -> int:
+def _go_on(args, exp, settings, go_on: bool) -> int:
     """Continue a run: end its leftover workers, refuse another machine, repair an interrupted
-    iteration exactly once, and, `unattended`, go on with the playbook."""
+    iteration exactly once, and, `go_on`, go on with the playbook unattended."""
     exp.policy = decide.Policy(**exp.state.policy)
-    exp.end_leftover_workers()
-    exp.check_environment(probe.probe_environment(exp.root, settings))
+    resume.end_leftover_workers(exp)
+    resume.check_environment(exp, probe.probe_environment(exp.root, settings))
     exp.check_records()  # the records are tileloop's: refused when something else rewrote them
-    repaired = exp.repair()
+    repaired = resume.repair(exp)
     exp.state.stopped = None
     exp.save()
     exp.render()  # perf_results.md from the records: a kill can land between a record and its rendering
-    stop = exp.run_loop() if unattended else exp.stop_state()
+    stop = unattended.run_loop(exp) if go_on else exp.stop_state()
     if repaired is not None:
         exp.log(f"repaired iteration {repaired.iteration}: {repaired.status}")
     return finish_run(args, exp, stop)
@@ -208,7 +211,7 @@ def cmd_demo(args, settings) -> int:
     os.chdir(where)
     exp = init_run(f"kernels/{args.op}/{args.op}_triton.py", device=args.device, branch=None, target_backend=None, seed=0,
                    policy=decide.Policy(max_iters=args.max_iters), settings=settings, mode="run")
-    return finish_run(args, exp, exp.run_loop(), repository=str(Path(where).resolve()))
+    return finish_run(args, exp, unattended.run_loop(exp), repository=str(Path(where).resolve()))
 
 
 PARSERS = {"init": add_init, "step": add_step, "run": add_run, "resume": add_resume, "demo": add_demo}

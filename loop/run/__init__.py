@@ -1,3 +1,4 @@
-"""The run lifecycle: init (branch + baseline), the stages of one iteration (integrity, commit,
-measure, decide, record, keep|revert), the unattended loop, resume, and the run's state.
-`experiment.py` says which module owns which stage."""
+"""The run lifecycle: a `Run` (core.py) and one iteration value carried by named stage functions
+(propose -> apply -> commit -> verify -> measure -> decide -> record -> finish, iteration.py), init
+(branch + baseline), the unattended loop, resume, and the run's state. `experiment.py` says which
+module owns which part."""

@@ -1,7 +1,6 @@
-"""A run bound to its repository: its state, paths, records, perf_results.md and stop state.
-
-`RunCore` is what every stage of a run shares; the stages add to it (`loop.run.experiment`
-composes them). Every public method leaves state.json consistent.
+"""The run: one value bound to its repository (settings, state, paths, records, perf_results.md,
+stop state, the judge host), which every stage function of an iteration takes (`loop.run.iteration`).
+Every public method leaves state.json consistent.
 """
 
 from __future__ import annotations
@@ -46,10 +45,6 @@ def portable_env(env: dict) -> dict:
     return {k: (os.path.basename(v) if k in ("tileiras", "ncu") and isinstance(v, str) else v) for k, v in env.items()}
 
 
-def with_changes(record: Record, **changes) -> Record:
-    return replace(record, **changes)
-
-
 def _read(path: Path) -> bytes:
     return path.read_bytes() if path.exists() else b""
 
@@ -58,7 +53,7 @@ def _digest(data: bytes) -> dict:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-class RunCore:
+class Run:
     """A run bound to its repository; every public method leaves state.json consistent."""
 
     def __init__(self, root: Path, state: st.RunState, settings: Settings, log: Log = stderr_log):
@@ -284,7 +279,7 @@ class RunCore:
             p = replace(p, playbook_exhausted=True)
         return decide.stop_state(self.policy, p)
 
-    def _check_position(self) -> None:
+    def check_position(self) -> None:
         self.check_records()
         branch = gitops.current_branch(self.root)
         if branch != self.state.branch:

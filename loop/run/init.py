@@ -16,8 +16,8 @@ from loop.common.settings import Settings
 from loop.measure import external, probe
 from loop.records import gitops
 from loop.run import state as st
-from loop.run.core import Log, now, stderr_log
-from loop.run.experiment import Experiment
+from loop.run.baseline import baseline
+from loop.run.core import Log, Run, now, stderr_log
 from loop.run.levers import order_text, run_order
 from loop.target.check import check, line_of
 from loop.target.contract import load_harness_target, load_kernel
@@ -35,7 +35,7 @@ def init_run(target: str, *, device: str, branch: str | None, target_backend: st
              policy: decide.Policy, settings: Settings, log: Log = stderr_log,
              archs: list[str] | None = None, worker_timeout_s: float | None = None,
              harness: external.Harness | None = None, skip_recipes: list[str] | None = None,
-             mode: str = "agent") -> Experiment:
+             mode: str = "agent") -> Run:
     """Branch and baseline. With `harness`, the repository's own commands decide (no spec.py, no compile gate).
     `mode` "run" (an unattended run) is recorded before the baseline, so that a run killed right
     after its baseline is continued by `tileloop resume`, not left waiting for an agent's step."""
@@ -163,13 +163,13 @@ def _choose_backend(names: list[str], env: dict, language: str, device: str, tar
     return {n: a.to_json() for n, a in avail.items()}, chosen
 
 
-def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Experiment:
+def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Run:
     """Record the run (in flight at iteration 0, so that a kill from here on is resumed by `tileloop
     resume`), make its branch, then measure the baseline. A failure that is not a kill undoes it all."""
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     previous = st.current_or_none(root)
     state.inflight = {"iteration": 0, "stage": "start", "optimization": "baseline"}
-    exp = Experiment(root, state, settings, log)
+    exp = Run(root, state, settings, log)
     exp.save()
     st.set_current(root, state.run_id)
     try:
@@ -177,8 +177,8 @@ def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Expe
         exp.snapshot_git_dir()  # .git/hooks, .git/info, .git/config: restored from here at every check
         log(f"run {state.run_id} on branch {state.branch}: target backend {state.target_backend}; measuring the baseline")
         if state.mode == "run":
-            exp.start_host()  # ready by the first experiment (`run_loop` ends it)
-        exp.baseline()
+            exp.start_host()  # ready by the first experiment (`unattended.run_loop` ends it)
+        baseline(exp)
         if state.mode == "run" and not state.harness:
             for line in order_text(run_order(exp)):  # the order the first experiments come in, and why
                 log(line)

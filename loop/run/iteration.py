@@ -1,180 +1,239 @@
-"""One iteration of an agent's or the playbook's change: integrity (the target is the only file
-changed) -> commit -> verify + measure -> decide -> record -> keep|revert. `state.inflight` names
-the stage at every step, so `resume` can finish or record an interrupted iteration exactly once."""
+"""One iteration: a value that a proposer makes and named stage functions carry to its record.
+
+    propose   `edit`: the agent's own edit of the target (`tileloop step -m`); `candidate`: a playbook
+              candidate, its sweep first where it carries one (`step --recipe`, the unattended loop;
+              `loop.run.suggest` and `loop.run.unattended` choose it, screened by `suggest.Screen`)
+    apply     the proposed source written to the target; the target checked the only change
+    commit    the change described and committed, pending
+    verify    the ahead-of-time compile gate, or the repository's test command    (`loop.run.measuring`)
+    measure   one judge per backend, or the bench command                         (`loop.run.measuring`)
+    decide    the repository checked after kernel code ran, and the rules' decision (again after a remeasure)
+    record    the counters, the stop state and the record, built once
+    finish    the message amended, a rejected commit moved aside, the record appended (`loop.run.recording`)
+
+`state.inflight` names the stage at every step, so `resume` can finish or record an interrupted
+iteration exactly once (`loop.run.resume`)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from loop import decide
-from loop.common.errors import IntegrityError, UserError
+from loop import decide as rules
+from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.measure.evaluate import guard_failures
-from loop.records import gitops, history
+from loop.measure.launch import JudgeAhead
+from loop.records import gitops
 from loop.records.results import NOT_CHECKED, BackendResult, Record
-from loop.run.core import now, with_changes
-from loop.run.measuring import Measuring, unchecked
-from loop.run.recording import Recording
+from loop.run import measuring
+from loop.run.core import Run, now
+from loop.run.integrity import changed_while_measured, check_integrity
+from loop.run.recording import count, finish, new_record, pending_message
+from loop.run.sweep import sweep_stage
 from loop.target.change import describe
-from loop.target.contract import imported_files
 from loop.target.coverage import unexercised
+from playbook.recipe import Candidate
 
 
-class Iteration(Measuring, Recording):
-    def check_integrity(self) -> None:
-        """Only the target may change. A changed tracked file, or a new file that the target (or the
-        spec) imports, is refused before it runs, set aside under sandbox/<run>/refused/<time>/ (a
-        patch, copies of the new files) and restored; .git/hooks, .git/info and .git/config are
-        restored from the run's snapshot the same way. Other new files (notes, an editor's swap file,
-        `step --json > step.json`) are the user's: left where they are, and named in the log."""
-        where = self._refused_dir()
-        git_files = self.restore_git_dir(where)  # plain file operations: before git reads a planted file
-        others, new = self.integrity_violations()
-        if not (others or new or git_files):
-            return
-        if others or new:
-            gitops.set_aside(self.root, others, new, where)
-        listed = ", ".join((others + new + git_files)[:8])
-        raise IntegrityError(f"refused: the change touches files other than the target {self.state.target}: {listed}; "
-                             f"they were restored, the refused change is saved in {where.relative_to(self.root)}",
-                             hint="an iteration may change the target file only")
+@dataclass(frozen=True)
+class Iteration:
+    """What one iteration is and what its stages found: each stage returns it with its part filled."""
 
-    def _refused_dir(self):
-        return self.dir / "refused" / dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    n: int
+    optimization: str
+    hypothesis: str = ""
+    recipe: str | None = None
+    key: str | None = None  # the candidate's key (a sweep's: the sweep's): tried once it is decided
+    kind: str = "agent"
+    rationale: str = ""
+    expected: str = ""
+    sweep: dict | None = None  # the sweep that chose this version (`loop.run.sweep`), kept in the record
+    source: str | None = None  # the proposed version of the target; None: the agent's edit, already in the tree
+    allow_unchanged: bool = False  # an A/A check: the best version evaluated against itself
+    # apply
+    incumbent: str = ""
+    candidate: str = ""
+    started: str = ""
+    clock: float = 0.0  # time.monotonic() when it was applied: its wall time runs from there
+    # commit
+    change: rules.Change | None = None
+    can: rules.Measurability | None = None
+    # verify, measure
+    results: dict[str, BackendResult] = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
+    gate: dict = field(default_factory=dict)
+    # decide
+    decision: rules.Decision | None = None
+    remeasured: bool = False
+    # record
+    stop: rules.StopState | None = None
+    record: Record | None = None
 
-    def integrity_violations(self) -> tuple[list[str], list[str]]:
-        """(changed tracked files other than the target, new files the target or spec imports)."""
-        others, new = gitops.integrity_violations(self.root, self.state.target, set(self.state.untracked_at_start))
-        imported = imported_files(self.root, self.state.target, self.state.spec or None, new)
-        if len(imported) < len(new):
-            self.log(f"left alone (new files the target does not import): {', '.join(p for p in new if p not in imported)[:300]}")
-        return others, imported
 
-    def changed_while_measured(self, cand_src: str) -> decide.Decision | None:
-        """Kernel code runs as the user: it could write to the repository while it is measured (the
-        spec, the target, the run's records, its branch, .git's hooks or config). Everything is put
-        back (what differed set aside under sandbox/<run>/refused/). The target changed is the
-        candidate's doing (revert, incorrect); anything else voids the measurement: nothing says the
-        candidate did it (another process may have), so nothing is charged to it."""
-        where = self._refused_dir()
-        git_files = self.restore_git_dir(where)  # first: before git reads a planted file
-        records = self.put_records_back()
-        sha = (self.state.inflight or {}).get("commit")
-        if sha and gitops.put_branch_back(self.root, self.state.branch, sha):
-            records.append(f"branch {self.state.branch}")
-        others, new = self.integrity_violations()
-        target = self.state.target
-        target_changed = (self.root / target).read_text() != cand_src
-        if target_changed:
-            others.append(target)
-        if not (others or new or git_files or records):
-            return None
-        if others or new:
-            gitops.set_aside(self.root, others, new, where)
-        listed = ", ".join((others + new + git_files + records)[:8])
-        saved = f"; what changed is saved in {where.relative_to(self.root)}" if where.exists() else ""
-        if target_changed:
-            return decide.Decision("revert", "incorrect", f"the target changed while the candidate was measured ({listed}): "
-                                   f"the candidate's doing (restored{saved})")
-        return decide.void(f"{listed} changed while the candidate was measured: the measurement is void, "
-                           f"nothing is charged to the candidate (restored{saved})")
+# ------------------------------------------------------------------------------------------- propose
 
-    def evaluate(self, optimization: str, hypothesis: str = "", recipe: str | None = None, key: str | None = None,
-                 allow_unchanged: bool = False, rationale: str = "", expected: str = "",
-                 kind: str = "agent", sweep: dict | None = None) -> tuple[Record, decide.StopState]:
-        """Commit and evaluate the working-tree version of the target (integrity checked first).
-        `sweep`: the sweep that chose this version (`loop.run.sweep`), kept in the record; its values
-        count as tried once the iteration is decided."""
-        self._check_position()
-        self.check_integrity()
-        cand_src = (self.root / self.state.target).read_text()
-        inc_src = gitops.show_file(self.root, self.state.best_commit, self.state.target)
-        if cand_src == inc_src and not allow_unchanged:
-            raise UserError(f"the target {self.state.target} is unchanged since the best commit",
-                            hint="edit the target first (or pass --allow-unchanged for an A/A check)")
-        n = self.state.last_iteration + 1
-        started, t0 = now(), time.monotonic()
-        optimization = " ".join(optimization.split()) or "unnamed change"
-        ahead = self.judge_ahead(n)  # it gets ready while the candidate is read, committed (and compiled)
-        try:
-            change = describe(inc_src, cand_src, kind)
-            can = decide.measurability(change, self.timing_mode)  # before timing: can this change show in it?
-            self.state.inflight = {"iteration": n, "stage": "commit", "optimization": optimization, "hypothesis": hypothesis,
-                                   "recipe": recipe, "key": key, "started": started, "kind": kind,
-                                   **({"sweep": sweep} if sweep else {})}
-            self.stage("commit")
-            pending = self._record(n, optimization, hypothesis, recipe, "crash", NOT_CHECKED, None, {}, None, {}, {}, None,
-                                   cand_src, started, 0.0)
-            pending = with_changes(pending, sweep=sweep)
-            sha = gitops.commit(self.root, history.commit_message(pending, pending=True), [self.state.target],
-                                allow_empty=cand_src == inc_src)
-            self.state.inflight["commit"] = sha
-            self.save()
-            if not can.measurable:
-                self.log(f"#{n} unmeasured: {can.reason}; correctness is checked, the timing is not decided on")
-            # a HarnessFailure is not the candidate's fault: state keeps the in-flight iteration for `resume`
-            results, raw, gate = self._measure(n, inc_src, cand_src, ahead)
-        finally:
-            if ahead is not None:
-                ahead.cancel()  # not used (the compile gate failed, or anything raised): ended
-        self.stage("decide")
-        tampered = self.changed_while_measured(cand_src)
-        unmeasurable = "" if can.measurable else can.reason
-        decision, remeasured = self._decide(results, raw, (inc_src, cand_src), unmeasurable=unmeasurable), False
-        if decision.action == "remeasure" and not tampered:
-            self.log(f"#{n} {decision.reason}")
-            results, raw, gate = self._measure(n, inc_src, cand_src)
-            tampered = self.changed_while_measured(cand_src)
-            decision, remeasured = self._decide(results, raw, (inc_src, cand_src), remeasured=True), True
-        if tampered:
-            decision = tampered
-        status = {"keep": "keep", "revert": "revert", "crash": "crash", "unmeasured": "unmeasured"}[decision.action]
-        void = decision.verdict == decide.VOID
-        if void:  # nothing it measured counts: every backend that ran says why
-            results = {name: voided(b, decision.reason) for name, b in results.items()}
-        elif status == "unmeasured":  # its timing measured nothing: the record carries none
-            results = {name: b.unmeasured(f"not timed for the decision: {can.reason}") for name, b in results.items()}
-        target = results[self.state.target_backend]
-        failure = None if target.status in ("ok", "unmeasured") else {"status": target.status, "message": target.reason}
-        correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
-        if void:
-            correctness = NOT_CHECKED  # its checks are void too: neither PASS nor FAIL for the candidate
-        self._update_counters(decision, status, target)
-        if sweep:  # every value the sweep tried is tried: no later step or sweep measures it again
-            self.state.tried.extend(v["key"] for v in sweep["values"] if v["key"] not in self.state.tried)
-        stop = self.stop_state()
-        record = self._record(n, optimization, hypothesis, recipe, status, correctness, target.latency_ms, results,
-                              decision.speedup, {**decision.to_json(), "remeasured": remeasured}, stop.to_json(), failure,
-                              cand_src, started, time.monotonic() - t0, parent=self.state.best_commit, key=key)
-        record = with_changes(record, compile=gate, rationale=rationale, expected=expected, kind=kind,
-                              change={**change.to_json(), "measurable": can.measurable, "reason": can.reason},
-                              unchecked=unchecked(raw, self.state.target_backend), sweep=sweep)
-        atomic_write_text(self.iter_dir(n) / "record.json", json.dumps(record.to_json(), indent=1, default=str))
-        self.stage("record")
-        return self._finish(record), stop  # the record as written: with its commit
 
-    def _decide(self, results: dict[str, BackendResult], raw: dict, sources: tuple[str, str],
-                remeasured: bool = False, unmeasurable: str = "") -> decide.Decision:
-        tb = self.state.target_backend
-        target = results[tb]
-        # the incumbent's failure on any backend says nothing about the candidate
-        failed = next(((name, r) for name, r in raw.items() if r.get("failed_impl") == "incumbent" and r.get("status") != "ok"),
-                      None)
-        if failed is not None:
-            name, r = failed
-            outcome = {"status": r.get("status"), "message": r.get("message", ""), "failed_impl": "incumbent", "backend": name}
-            return decide.judged_decision(self.policy, outcome)
-        outcome = {"status": target.status, "message": target.reason}
-        if target.status == "ok":
-            seen = raw[tb].get("correctness", {})
-            launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
-            outcome.update(timing=raw[tb]["timing"], unmeasurable=unmeasurable,
-                           unexercised=unexercised(*sources, launched, called) if launched is not None else [])
-        return decide.judged_decision(self.policy, outcome, remeasured,
-                                      guard_failures=guard_failures(results, tb) if target.status == "ok" else ())
+def edit(run: Run, optimization: str, hypothesis: str = "", *, rationale: str = "", expected: str = "",
+         allow_unchanged: bool = False, recipe: str | None = None, key: str | None = None) -> Iteration:
+    """The agent's proposer: its own edit of the target, found in the tree by `apply`."""
+    return Iteration(run.state.last_iteration + 1, optimization, hypothesis, recipe, key, rationale=rationale,
+                     expected=expected, allow_unchanged=allow_unchanged)
+
+
+def candidate(run: Run, cand: Candidate, optimization: str | None = None, hypothesis: str | None = None,
+              rationale: str = "", expected: str = "", announce: bool = False) -> Iteration:
+    """The playbook's proposer (`step --recipe`, the unattended loop): `cand` as one experiment, its
+    untried sweep values timed first when it carries at least two (`step --key <its key>` passes the
+    candidate without its sweep), the best of them proposed. `announce`: log what is proposed."""
+    hypothesis = cand.hypothesis if hypothesis is None else hypothesis
+    n = run.state.last_iteration + 1
+    sweep = cand.sweep.untried(run.state.tried) if cand.sweep is not None and not run.state.harness else None
+    if sweep is None:
+        title = optimization or cand.title
+        if announce:
+            run.log(f"#{n} apply {title} [{cand.recipe}]")
+        return Iteration(n, title, hypothesis, cand.recipe, cand.key, cand.kind, rationale, expected, source=cand.source)
+    if not hypothesis or hypothesis == cand.hypothesis:  # the step's own speaks of one value: the sweep's of all
+        hypothesis = sweep.hypothesis or hypothesis
+    hypothesis += (f" (swept over {', '.join(str(v.value) for v in sweep.values)} in one judged measurement; "
+                   f"the best value measured again alone decides)")
+    summary, chosen = sweep_stage(run, n, cand, sweep, hypothesis)
+    title = optimization or (sweep.named(chosen.value) if chosen else sweep.title)
+    if announce:
+        run.log(f"#{n} apply {title} [{cand.recipe}]")
+    return Iteration(n, title, hypothesis, cand.recipe, sweep.key, cand.kind, rationale, expected, summary,
+                     (chosen or sweep.values[0]).source)
+
+
+# ------------------------------------------------------------------------------------------- the stages
+
+
+def evaluate(run: Run, it: Iteration) -> tuple[Record, rules.StopState]:
+    """The proposed iteration through every stage; the record as written (with its commit) and the stop state."""
+    it = apply(run, it)
+    ahead = measuring.judge_ahead(run, it.n)  # it gets ready while the candidate is committed (and compiled)
+    try:
+        # a HarnessFailure is not the candidate's fault: state keeps the in-flight iteration for `resume`
+        it = measure(run, commit(run, it), ahead)
+    finally:
+        if ahead is not None:
+            ahead.cancel()  # not used (the compile gate failed, or anything raised): ended
+    run.stage("decide")
+    it = decide(run, it)
+    if it.decision.action == "remeasure":
+        run.log(f"#{it.n} {it.decision.reason}")
+        it = decide(run, measure(run, it), remeasured=True)
+    it = record(run, it)
+    return finish(run, it.record), it.stop
+
+
+def apply(run: Run, it: Iteration) -> Iteration:
+    """The proposed source written to the target (an agent's edit is there already); then the run's
+    position and the tree checked (only the target changed), and both versions read."""
+    if it.source is not None:
+        run.state.inflight = {"iteration": it.n, "stage": "apply", "key": it.key, "optimization": it.optimization,
+                              "hypothesis": it.hypothesis, "recipe": it.recipe, **({"sweep": it.sweep} if it.sweep else {})}
+        run.save()
+        atomic_write_text(run.root / run.state.target, it.source)
+        run.stage("apply")
+    run.check_position()
+    check_integrity(run)
+    cand_src = (run.root / run.state.target).read_text()
+    inc_src = gitops.show_file(run.root, run.state.best_commit, run.state.target)
+    if cand_src == inc_src and not it.allow_unchanged:
+        raise UserError(f"the target {run.state.target} is unchanged since the best commit",
+                        hint="edit the target first (or pass --allow-unchanged for an A/A check)")
+    return replace(it, incumbent=inc_src, candidate=cand_src, started=now(), clock=time.monotonic(),
+                   optimization=" ".join(it.optimization.split()) or "unnamed change")
+
+
+def commit(run: Run, it: Iteration) -> Iteration:
+    """The change described (can it show in this run's timing?) and committed with a pending message."""
+    change = describe(it.incumbent, it.candidate, it.kind)
+    can = rules.measurability(change, run.timing_mode)  # before timing: can this change show in it?
+    run.state.inflight = {"iteration": it.n, "stage": "commit", "optimization": it.optimization,
+                          "hypothesis": it.hypothesis, "recipe": it.recipe, "key": it.key, "started": it.started,
+                          "kind": it.kind, **({"sweep": it.sweep} if it.sweep else {})}
+    run.stage("commit")
+    sha = gitops.commit(run.root, pending_message(run, it.n, it.optimization, it.hypothesis), [run.state.target],
+                        allow_empty=it.candidate == it.incumbent)
+    run.state.inflight["commit"] = sha
+    run.save()
+    if not can.measurable:
+        run.log(f"#{it.n} unmeasured: {can.reason}; correctness is checked, the timing is not decided on")
+    return replace(it, change=change, can=can)
+
+
+def measure(run: Run, it: Iteration, ahead: JudgeAhead | None = None) -> Iteration:
+    """The verify and measure stages (`loop.run.measuring`) of the committed candidate beside the best."""
+    results, raw, gate = measuring.measure_version(run, it.n, it.incumbent, it.candidate, ahead)
+    return replace(it, results=results, raw=raw, gate=gate)
+
+
+def decide(run: Run, it: Iteration, remeasured: bool = False) -> Iteration:
+    """The repository put back after kernel code ran (a change there overrides the rules: the target
+    changed is the candidate's doing, anything else voids the measurement), else the rules' decision."""
+    tampered = changed_while_measured(run, it.candidate)
+    unmeasurable = "" if remeasured or it.can.measurable else it.can.reason
+    judged = judgement(run, it.results, it.raw, (it.incumbent, it.candidate), remeasured, unmeasurable)
+    return replace(it, decision=tampered or judged, remeasured=remeasured)
+
+
+def judgement(run: Run, results: dict[str, BackendResult], raw: dict, sources: tuple[str, str],
+              remeasured: bool = False, unmeasurable: str = "") -> rules.Decision:
+    """The rules' decision on one measurement (`loop.decide.judged_decision`), from the target backend's
+    result, the guard backends' failures and what the checks ran of the candidate."""
+    tb = run.state.target_backend
+    target = results[tb]
+    # the incumbent's failure on any backend says nothing about the candidate
+    failed = next(((name, r) for name, r in raw.items() if r.get("failed_impl") == "incumbent" and r.get("status") != "ok"),
+                  None)
+    if failed is not None:
+        name, r = failed
+        outcome = {"status": r.get("status"), "message": r.get("message", ""), "failed_impl": "incumbent", "backend": name}
+        return rules.judged_decision(run.policy, outcome)
+    outcome = {"status": target.status, "message": target.reason}
+    if target.status == "ok":
+        seen = raw[tb].get("correctness", {})
+        launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
+        outcome.update(timing=raw[tb]["timing"], unmeasurable=unmeasurable,
+                       unexercised=unexercised(*sources, launched, called) if launched is not None else [])
+    return rules.judged_decision(run.policy, outcome, remeasured,
+                                  guard_failures=guard_failures(results, tb) if target.status == "ok" else ())
+
+
+def record(run: Run, it: Iteration) -> Iteration:
+    """The counters and the stop state updated, and the iteration's record built (once), written
+    beside its logs before the record stage is entered."""
+    decision, can, tb = it.decision, it.can, run.state.target_backend
+    status = {"keep": "keep", "revert": "revert", "crash": "crash", "unmeasured": "unmeasured"}[decision.action]
+    void = decision.verdict == rules.VOID
+    results = it.results
+    if void:  # nothing it measured counts: every backend that ran says why
+        results = {name: voided(b, decision.reason) for name, b in results.items()}
+    elif status == "unmeasured":  # its timing measured nothing: the record carries none
+        results = {name: b.unmeasured(f"not timed for the decision: {can.reason}") for name, b in results.items()}
+    target = results[tb]
+    failure = None if target.status in ("ok", "unmeasured") else {"status": target.status, "message": target.reason}
+    correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
+    if void:
+        correctness = NOT_CHECKED  # its checks are void too: neither PASS nor FAIL for the candidate
+    count(run, decision, status)
+    if it.sweep:  # every value the sweep tried is tried: no later step or sweep measures it again
+        run.state.tried.extend(v["key"] for v in it.sweep["values"] if v["key"] not in run.state.tried)
+    stop = run.stop_state()
+    rec = new_record(run, it.n, optimization=it.optimization, status=status, source=it.candidate, started=it.started,
+                     wall_s=time.monotonic() - it.clock, speedup=decision.speedup, hypothesis=it.hypothesis,
+                     recipe=it.key or it.recipe, correctness=correctness, latency_ms=target.latency_ms, backends=results,
+                     decision={**decision.to_json(), "remeasured": it.remeasured}, stop=stop.to_json(), failure=failure,
+                     compile=it.gate, rationale=it.rationale, expected=it.expected, kind=it.kind,
+                     change={**it.change.to_json(), "measurable": can.measurable, "reason": can.reason},
+                     unchecked=measuring.unchecked(it.raw, tb), sweep=it.sweep)
+    atomic_write_text(run.iter_dir(it.n) / "record.json", json.dumps(rec.to_json(), indent=1, default=str))
+    run.stage("record")
+    return replace(it, record=rec, stop=stop)
 
 
 def voided(b: BackendResult, why: str) -> BackendResult:

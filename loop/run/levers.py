@@ -96,7 +96,7 @@ def best_record(run) -> Record | None:
 
 
 def analysis_of(run, src: str) -> tuple[Analysis, Roofline | None]:
-    """The playbook's analysis of `src` in `run` (a RunCore): entry point, backend and architecture of
+    """The playbook's analysis of `src` in `run` (a `loop.run.core.Run`): entry point, backend and architecture of
     the run, and the best version's measured distance to its roofline with the lane's experience."""
     arch = None if run.arch == "cpu" else run.arch
     an = analyze(src, backend=run.state.target_backend, arch=arch, entry=run.entry())

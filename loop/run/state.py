@@ -58,7 +58,7 @@ class RunState:
     stopped: dict | None = None
     created: str = ""
     schema: str = STATE_SCHEMA
-    # the records as tileloop last wrote them (`RunCore.seal`): results.jsonl and perf_results.md
+    # the records as tileloop last wrote them (`Run.seal`): results.jsonl and perf_results.md
     # ({bytes, sha256}), the best commit, the snapshot of the git files; "state" hashes the rest of this file
     records_seal: dict = field(default_factory=dict)
 
