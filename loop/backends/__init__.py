@@ -9,9 +9,10 @@
 
 Availability is decided from a worker probe (`python -m loop.worker --probe`), never by importing
 kernel code here. Each worker proves that its backend really ran (`loop.worker.proof`); a fallback
-(e.g. nvtriton silently compiling through PTX) is recorded as such. A new backend is a module
-here with its `Backend` and availability check, an entry in BACKENDS and in `for_language`, and
-its proof in `loop.worker.proof`.
+(e.g. nvtriton silently compiling through PTX) is recorded as such. Which backends time a language,
+and which decides by default, is the language's entry (`loop.common.language`). A new backend is a
+module here with its `Backend` and availability check, an entry in BACKENDS, its name in its
+language's entry, and its proof in `loop.worker.proof`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from loop.backends.interpreter import INTERPRETER
 from loop.backends.ptx import PTX
 from loop.backends.tileir import TILEIR
 from loop.common.errors import UserError
+from loop.common.language import get_language, runs_on
 
 __all__ = ["Availability", "Backend", "BACKENDS", "applicable", "availability", "choose", "default_target",
-           "for_language", "get", "tileiras_environment"]
+           "for_language", "get", "gpu_backends", "tileiras_environment"]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER)}
 
@@ -37,12 +39,14 @@ def get(name: str) -> Backend:
 
 
 def for_language(language: str, device: str) -> list[Backend]:
-    """Every backend a run of this language on this device reports on, in display order."""
-    if device == "cpu":
-        names = ["interpreter", "ptx", "tileir"] if language == "triton" else ["cutile"]
-    else:
-        names = ["ptx", "tileir"] if language == "triton" else ["cutile"]
-    return [BACKENDS[n] for n in names]
+    """Every backend a run of this language on this device reports on, in display order (the
+    language's entry)."""
+    return [BACKENDS[n] for n in get_language(language).backends.get(device, ())]
+
+
+def gpu_backends() -> list[str]:
+    """The names of the backends that run on a CUDA GPU, in registry order."""
+    return [name for name, backend in BACKENDS.items() if backend.device == "cuda"]
 
 
 def availability(backend: Backend, probe: dict, device: str) -> Availability:
@@ -54,13 +58,14 @@ def availability(backend: Backend, probe: dict, device: str) -> Availability:
 
 
 def default_target(language: str, device: str, avail: dict[str, Availability]) -> str:
-    if device == "cpu":
-        if language != "triton":
-            raise UserError("--device cpu runs Triton targets only (cuTile has no CPU interpreter)")
-        return "interpreter"
-    if language == "cutile":
-        return "cutile"
-    return "tileir" if avail.get("tileir", Availability(False)).available else "ptx"
+    """The language's preferred backend on this device: the first of its entry's `preferred` that is
+    available, else the last; UserError where the language cannot run on the device."""
+    entry = get_language(language)
+    preferred = entry.preferred.get(device)
+    if not preferred:
+        raise UserError(f"--device {device} runs {' and '.join(runs_on(device))} targets only "
+                        f"({entry.unsupported.get(device, f'{entry.title} does not run there')})")
+    return next((n for n in preferred if avail.get(n, Availability(False)).available), preferred[-1])
 
 
 def applicable(language: str, device: str, requested: str | None) -> list[str]:

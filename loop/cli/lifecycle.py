@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from loop import decide
+from loop.backends import BACKENDS
 from loop.cli.common import (
     arch_list,
     common,
@@ -35,7 +36,7 @@ def _start_options(sp) -> None:
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cuda (default) or cpu: run under the Triton interpreter; its timings are interpreter timings")
     sp.add_argument("--branch", help="branch to create (default tileloop/<op>-<yyyymmdd-hhmm>)")
-    sp.add_argument("--target-backend", choices=["ptx", "tileir", "cutile", "interpreter"],
+    sp.add_argument("--target-backend", choices=list(BACKENDS),
                     help="backend whose latency decides (default: tileir if available, else ptx; cutile for cuTile)")
     sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh random inputs of every check")
     sp.add_argument("--time-budget", type=duration, help="stop after this much iteration time (e.g. 45m, 8h)")

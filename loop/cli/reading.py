@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from loop.backends import BACKENDS
 from loop.cli.common import common, emit, record_summary, row_json, status_payload, status_text, uncut
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
@@ -33,7 +34,7 @@ def add_report(sp: argparse.ArgumentParser) -> None:
 def add_experience(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("action", choices=["list", "recommend", "stats"])
     sp.add_argument("--kernel-class", choices=["dot", "norm-like", "reduction", "element-wise"])
-    sp.add_argument("--backend", choices=["ptx", "tileir", "cutile", "interpreter"])
+    sp.add_argument("--backend", choices=list(BACKENDS))
     sp.add_argument("--arch", help="e.g. sm_90")
     common(sp, run_opt=False)
 

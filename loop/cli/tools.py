@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from loop.backends import BACKENDS, gpu_backends
 from loop.cli.common import arch_list, common, duration, emit, positive_int, shape_arg
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text, scratch
@@ -35,7 +36,7 @@ def add_profile(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("target", help="the kernel file (spec.py beside it)")
     sp.add_argument("--shape", type=shape_arg, help="e.g. 4096x8192 (default: the spec's largest benchmark shape)")
     sp.add_argument("--dtype", choices=["float16", "bfloat16", "float32", "float64"], help="default: the spec's first dtype")
-    sp.add_argument("--backend", choices=["ptx", "tileir", "cutile"],
+    sp.add_argument("--backend", choices=gpu_backends(),
                     help="default: tileir if available, else ptx; cutile for cuTile targets")
     sp.add_argument("--launches", type=positive_int, default=3, help="kernel launches profiled (default 3; the median is kept)")
     sp.add_argument("--kernel", action="append", metavar="NAME",
@@ -71,7 +72,7 @@ def add_decision_check(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--shapes", type=decision_check.parse_shape, nargs="+", metavar="SHAPE",
                     help="e.g. 1048576 or 4096x4096x4096 (default: the shapes an iteration times)")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: Triton interpreter timings")
-    sp.add_argument("--target-backend", choices=["ptx", "tileir", "cutile", "interpreter"],
+    sp.add_argument("--target-backend", choices=list(BACKENDS),
                     help="backend to time (default: as tileloop init chooses)")
     sp.add_argument("--dtype", help="benchmark dtype (default: the one an iteration times, the spec's first)")
     sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh inputs of every trial")

@@ -1,14 +1,90 @@
-"""The language of a kernel file, decided by what it imports (never by regex on its text)."""
+"""The languages tileloop tunes, one registry entry each, and the language of a kernel file.
+
+An entry says what the rest of tileloop asks of a language: the imports that make a file one of its
+targets, the function that compiles it ahead of time, how a target is loaded and the call every
+launch goes through (dotted paths `module:attribute`, resolved where they run: this leaf imports
+nothing else of tileloop), the backends that time it on each device and which of them decides by
+default, and the playbook package of its recipes. The CLI's choices, the compile gate, the backends,
+the suite and the playbook read it; `docs/architecture.md` ("Adding a language") lists the rest.
+"""
 
 from __future__ import annotations
 
 import ast
-from typing import Literal
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-Language = Literal["triton", "cutile"]
+from loop.common.errors import UserError
+
+Language = Literal["triton", "cutile"]  # the names of LANGUAGES, for type checkers
+
+
+@dataclass(frozen=True)
+class LanguageEntry:
+    """One language. `backends[device]`: the backends a run on that device reports on, in display
+    order; `preferred[device]`: its target backend by default, the first of these available, else the
+    last (a device missing there cannot run the language, `unsupported[device]` says why)."""
+
+    name: str  # as in `Language`, records and the suite's file names (`<op>_<name>.py`)
+    title: str  # as the text names it
+    modules: tuple[str, ...]  # importing one of these (or a submodule) makes a file a target of the language
+    priority: int  # a file importing several languages' modules is of the one with the highest
+    compile: str  # the worker's ahead-of-time compile: (torch, load_target, call_run, capability) -> kernels
+    compile_backend: str  # the backend whose environment the compile gate's workers run in
+    load: str  # how a worker loads a target: (module name, path) -> module
+    launch_hook: str  # the call every launch of a kernel goes through (the worker records launches there)
+    recipes: str  # the playbook package of its recipes
+    backends: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    preferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
+
+
+TRITON = LanguageEntry(
+    "triton", "Triton", ("triton",), 0, "loop.worker.aot:_triton_compile", "ptx", "loop.common.spec:load_module",
+    "triton.runtime.jit:JITFunction.run", "playbook.triton",
+    backends={"cuda": ("ptx", "tileir"), "cpu": ("interpreter", "ptx", "tileir")},
+    preferred={"cuda": ("tileir", "ptx"), "cpu": ("interpreter",)})
+CUTILE = LanguageEntry(
+    "cutile", "cuTile", ("cuda.tile",), 1, "loop.worker.aot:_cutile_compile", "cutile", "loop.common.spec:load_module",
+    "cuda.tile:launch", "playbook.cutile",
+    backends={"cuda": ("cutile",), "cpu": ("cutile",)},
+    preferred={"cuda": ("cutile",)}, unsupported={"cpu": "cuTile has no CPU interpreter"})
+
+LANGUAGES: dict[str, LanguageEntry] = {entry.name: entry for entry in (TRITON, CUTILE)}
+
+
+def get_language(name: str) -> LanguageEntry:
+    """The registry entry of a language; UserError naming the valid ones for any other name."""
+    try:
+        return LANGUAGES[name]
+    except KeyError:
+        raise UserError(f"unknown language {name!r}; valid: {', '.join(LANGUAGES)}") from None
+
+
+def runs_on(device: str) -> list[str]:
+    """The titles of the languages a run on `device` can have a target backend for."""
+    return [entry.title for entry in LANGUAGES.values() if device in entry.preferred]
+
+
+def language_of_name(stem: str) -> str | None:
+    """The language a reference suite file's name says (`softmax_cutile` -> "cutile"); None for none."""
+    return next((name for name in LANGUAGES if stem.endswith(f"_{name}")), None)
+
+
+def resolve(path: str) -> Any:
+    """The object a dotted path `module:attribute[.attribute]` names, imported (in the process that uses it)."""
+    module, _, attrs = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for attr in attrs.split(".") if attrs else ():
+        obj = getattr(obj, attr)
+    return obj
+
 
 def detect_language(tree: ast.Module) -> Language | None:
-    """cuTile if the module imports cuda.tile, Triton if it imports triton; decided by imports."""
+    """The language whose modules the file imports (the highest `priority` where it imports several:
+    a cuTile target may import triton too); None when it imports none. Decided by imports, never by
+    regex on the text."""
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -16,9 +92,6 @@ def detect_language(tree: ast.Module) -> Language | None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
             imported.update(f"{node.module}.{a.name}" for a in node.names)
-    if any(name == "cuda.tile" or name.startswith("cuda.tile.") for name in imported):
-        return "cutile"
-    if any(name == "triton" or name.startswith("triton.") for name in imported):
-        return "triton"
-    return None
-
+    found = [entry for entry in LANGUAGES.values()
+             if any(name == m or name.startswith(f"{m}.") for name in imported for m in entry.modules)]
+    return max(found, key=lambda entry: entry.priority).name if found else None  # type: ignore[return-value]

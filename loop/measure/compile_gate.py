@@ -1,6 +1,7 @@
 """The compile gate: the candidate compiled ahead of time for every architecture of the run
 (default sm_90 and sm_100) and every dtype of its spec, in workers, before a GPU second is spent on
-it; no GPU is needed. Also `tileloop compile`."""
+it; no GPU is needed. The workers run in the environment of the language's `compile_backend` and
+compile with its `compile` function (`loop.common.language`). Also `tileloop compile`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure
+from loop.common.language import get_language
 from loop.common.settings import Settings
 from loop.measure.launch import kill_group, run_worker
 
@@ -30,7 +32,7 @@ def compile_gate(*, workdir: Path, spec_path: Path, target_dir: Path, target: Pa
     enables the split; without it one worker compiles everything."""
     base = {"mode": "compile", "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target),
             "language": language, "archs": archs}
-    backend = backend_registry.get("cutile" if language == "cutile" else "ptx")
+    backend = backend_registry.get(get_language(language).compile_backend)
     pairs = [(arch, dtype) for arch in archs for dtype in (dtypes or [])]
     parallel = compile_parallelism(len(pairs)) if len(pairs) > 1 else 1
     if parallel <= 1:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
+from loop.common.language import language_of_name
 from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
 from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets
@@ -152,7 +153,7 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
     final = json.loads(out).get("final") if rep_proc.returncode == 0 and out.strip() else None
     entry = entry_from_run(run_dir, final, cut_off, wall)
     entry["op"], entry["target"] = path.parent.name, str(path)
-    entry["language"] = "cutile" if path.stem.endswith("_cutile") else "triton"
+    entry["language"] = language_of_name(path.stem) or "triton"  # `<op>_<language>.py`; a bare name is Triton
     if state is not None:
         entry["resumed"] = True  # the run spans suite calls (and maybe machines): its wall time is this call's
     if final is None and measure:  # no final measurement was asked for on the CPU

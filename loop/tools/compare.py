@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure, UserError
-from loop.common.language import detect_language
+from loop.common.language import LANGUAGES, detect_language
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker
 from loop.records.perf_table import markdown_table
@@ -43,7 +43,7 @@ def run_compare(op_dir: Path, root: Path, probe: dict, device: str, settings: Se
     kernels = [load_kernel(p, root) for p in impls]
     spec_path = op_dir / "spec.py"
     jobs = []  # (backend, [(label, path)], torch providers)
-    for lang in ("triton", "cutile"):
+    for lang in LANGUAGES:
         mine = [(k.target.stem, k.target_abs) for k in kernels if k.language == lang]
         if not mine:
             continue

@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from loop.common.language import get_language, resolve
+
 SM_COUNTS = {80: 108, 86: 84, 89: 128, 90: 132, 100: 148, 103: 148, 120: 84}
 
 
@@ -301,7 +303,7 @@ def compile_all(torch, spec, target_path: Path, language: str, archs: list[str],
 
             entry = {"arch": arch, "dtype": dtype, "shape": list(shape)}
             try:
-                fn = _triton_compile if language == "triton" else _cutile_compile
+                fn = resolve(get_language(language).compile)
                 entry["kernels"] = fn(torch, load_target, call_run, cap)
                 entry["ok"] = bool(entry["kernels"])
                 if not entry["kernels"]:
