@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.errors import UserError
+from loop.common.language import get_language
 from loop.common.settings import Settings
 from loop.measure.compile_gate import compile_gate, compile_summary
 from loop.measure.launch import run_worker
@@ -91,19 +92,26 @@ def _done(out: dict) -> dict:
 
 
 def _backend(kernel: Kernel, device: str) -> str:
-    if kernel.language == "cutile":
-        return "cutile"
-    return "interpreter" if device == "cpu" else "ptx"
+    """The backend the check job runs in: the language's on the CPU where it has one there, else the one
+    its ahead-of-time build runs in."""
+    entry = get_language(kernel.language)
+    return entry.preferred["cpu"][0] if device == "cpu" and "cpu" in entry.preferred else entry.compile_backend
+
+
+def _gpu_only(kernel: Kernel) -> bool:
+    """The language has no backend that runs its kernels on the CPU."""
+    return "cpu" not in get_language(kernel.language).preferred
 
 
 def _not_run(kernel: Kernel, shown: str, device: str, archs: list[str]) -> dict:
     """The one line that says the kernel itself was not run here, why, and what would run it."""
-    why = "cuTile kernels run on a GPU only" if kernel.language == "cutile" else "no GPU is visible here"
-    if kernel.language == "cutile" and device == "cuda":
+    gpu_only = _gpu_only(kernel)
+    why = f"{get_language(kernel.language).title} kernels run on a GPU only" if gpu_only else "no GPU is visible here"
+    if gpu_only and device == "cuda":
         why += ", and none is visible here"
     checked = "make_inputs and the reference on the CPU, the spec's contract" + (
         f", the ahead-of-time build for {', '.join(archs)}" if archs else "")
-    fix = (f"tileloop check {shown} on a machine with a GPU runs it" if kernel.language == "cutile" else
+    fix = (f"tileloop check {shown} on a machine with a GPU runs it" if gpu_only else
            f"tileloop check {shown} --device cpu runs it under the Triton interpreter; on a machine with a GPU, "
            f"tileloop check {shown}")
     return problem(f"the kernel itself was not run: {why} (checked: {checked})", str(kernel.target), fix)
@@ -115,7 +123,7 @@ def _dynamic(kernel: Kernel, device: str, settings: Settings, out: dict) -> bool
     backend = _backend(kernel, device)
     job = {"mode": "check", "spec": str(kernel.spec_abs), "target": str(kernel.target_abs),
            "target_dir": str(kernel.target_abs.parent), "language": kernel.language, "backend": backend,
-           "device": device, "run_kernels": not (kernel.language == "cutile" and device == "cpu"),
+           "device": device, "run_kernels": not (_gpu_only(kernel) and device == "cpu"),
            "spec_shown": str(kernel.spec), "target_shown": str(kernel.target)}
     with scratch("check") as tmp:
         raw = run_worker(Path(tmp), job, backend_registry.get(backend), settings, Path(tmp) / "cache", name="check")
