@@ -84,10 +84,14 @@ def is_kernel(fn: ast.AST, imports: dict[str, str]) -> bool:
     return isinstance(fn, FUNCTION) and any(is_kernel_decorator(decorator_name(d, imports)) for d in fn.decorator_list)
 
 
+def is_device_decorator(name: str) -> bool:
+    """A kernel decorator, or `cuda.tile.function` (a cuTile helper that runs on the device)."""
+    return is_kernel_decorator(name) or name == CUTILE_FUNCTION
+
+
 def is_device(fn: ast.AST, imports: dict[str, str]) -> bool:
     """A kernel, or a `cuda.tile.function` (a cuTile helper that runs on the device)."""
-    return is_kernel(fn, imports) or (isinstance(fn, FUNCTION) and any(
-        decorator_name(d, imports) == CUTILE_FUNCTION for d in fn.decorator_list))
+    return isinstance(fn, FUNCTION) and any(is_device_decorator(decorator_name(d, imports)) for d in fn.decorator_list)
 
 
 def functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:

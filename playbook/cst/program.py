@@ -28,8 +28,7 @@ NEVER_FOLLOWED = {"backward", "setup_context", "jvp", "vmap"}  # methods a forwa
 
 
 def _device(fn: cst.FunctionDef, al: Aliases) -> bool:
-    return any(kernel_source.is_kernel_decorator(name) or name == kernel_source.CUTILE_FUNCTION
-               for name in (decorator_name(d, al) for d in fn.decorators))
+    return any(kernel_source.is_device_decorator(decorator_name(d, al)) for d in fn.decorators)
 
 
 def device_functions(module: cst.Module, al: Aliases) -> dict[str, cst.FunctionDef]:
