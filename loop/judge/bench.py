@@ -156,6 +156,7 @@ class Bench:
                     samples[lab].append(row["sample_ms"])
                     claims[lab].append(row["claim_ms"])
                     walls[lab].append(row["wall_ms"])
+                    self._empty(empties, batch, labels=[lab], times=1)  # the overhead of this moment of the host
                 rnd += 1
                 continue
             for lab in audited.get(rnd, []):
@@ -175,9 +176,14 @@ class Bench:
         self._empty(empties, batch)
         return samples, claims, walls, empties, audits
 
-    def _empty(self, empties: dict[str, dict[str, list[float]]], batch: int) -> None:
-        for _ in range(corroborate.EMPTY_REQUESTS):
-            for lab in self.labels:  # the overhead of a request of the rounds' size (audited ones are too)
+    def _empty(self, empties: dict[str, dict[str, list[float]]], batch: int, labels: list[str] | None = None,
+               times: int = corroborate.EMPTY_REQUESTS) -> None:
+        """Empty requests of the rounds' size (audited ones are too): `times` per label, their wall
+        times the overhead a request pays. Under the interpreter one also follows each audited sample,
+        so that a host whose load changes during the rounds (a CPU shared with other work) gives the
+        overhead of the rounds' own moments, not only of before and after them."""
+        for _ in range(times):
+            for lab in labels or self.labels:
                 started = time.perf_counter()
                 self.ask(lab, {"op": "sample", "first": 0, "n": batch, "empty": True})
                 empties["batch"][lab].append((self.kernels[lab].answered_at - started) * 1e3)
