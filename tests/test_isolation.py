@@ -138,18 +138,21 @@ def test_only_the_kernel_process_asked_runs(kernels):
     a.answer({"op": "arena"}, "a")
     got = fork.isolation([a.proc.pid, b.proc.pid])
     assert got == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
-                   "stopped": "between requests", "spawn": "zygote", "pid_namespace": _namespace()}, got
-    assert fork.full(got) == (got["pid_namespace"] == "own")
+                   "stopped": "between requests", "spawn": "zygote", **_namespaces()}, got
+    assert fork.full(got) == (got["siblings"] == "hidden")
 
 
-def _namespace() -> str:
-    """The PID namespace a judge's kernel processes get here: their own unless turned off (or, on a
-    system that forbids it, what `loop.common.namespaces` says instead)."""
+def _namespaces() -> dict[str, str]:
+    """The namespaces a judge's kernel processes get here: their own, and one each below it, unless
+    turned off (or, on a system that forbids it, what `loop.common.namespaces` says instead), and
+    what that makes of their Triton caches."""
     if os.environ.get("TILELOOP_PID_NAMESPACE") == "0":
-        return "unavailable: turned off (TILELOOP_PID_NAMESPACE=0)"
+        return {"pid_namespace": "unavailable: turned off (TILELOOP_PID_NAMESPACE=0)", "siblings": "visible",
+                "triton_cache": "own"}
     from loop.common.processes import probe_isolation
 
-    return (probe_isolation() or {}).get("pid_namespace", "unavailable: the probe failed")
+    got = probe_isolation() or {}
+    return {k: got.get(k, "unavailable: the probe failed") for k in ("pid_namespace", "siblings", "triton_cache")}
 
 
 @pytest.mark.slow
@@ -282,4 +285,5 @@ def test_on_a_gpu_the_boundary_holds_and_the_arena_opens(tmp_path, env, name, st
     off = os.environ.get("TILELOOP_PID_NAMESPACE") == "0"  # the escape, should CUDA IPC need one namespace
     assert raw["isolation"] == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
                                 "stopped": "between requests", "spawn": "zygote",
-                                "pid_namespace": _namespace() if off else "own"}, raw["isolation"]
+                                **(_namespaces() if off else {"pid_namespace": "own", "siblings": "hidden",
+                                                              "triton_cache": "own, others hidden"})}, raw["isolation"]

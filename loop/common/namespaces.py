@@ -1,22 +1,33 @@
 """A PID namespace for a judge's kernel processes (with a mount namespace and a /proc of their
-own), and what a kernel process forked rather than exec'd drops itself (Linux). In a PID namespace
-of their own the kernel processes cannot name the judge, the orchestrator or any process outside
-it: kill(2) reaches none of them, and their /proc shows none (no fd of one to pidfd_send_signal). Used by the judge's zygote (`loop.worker.zygote`); TILELOOP_PID_NAMESPACE=0 turns it off."""
+own), one more below it for each kernel process, each implementation's own Triton cache (the
+others' hidden by a tmpfs where its mount namespace is its own), the launcher that confines a
+worker running kernel code outside a judge (the compile gate, `check`), and what a kernel process
+forked rather than exec'd drops itself (Linux). In a PID namespace of their own the kernel processes
+cannot name the judge, the orchestrator or any process outside it: kill(2) reaches none of them,
+and their /proc shows none (no fd of one to pidfd_send_signal); in one each, neither the
+incumbent nor the candidate can name the other. Used by the judge's zygote (`loop.worker.zygote`)
+and the kernel process's load (`loop.worker.serve`); TILELOOP_PID_NAMESPACE=0 turns the namespaces off."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import re
+import signal
 import sys
 from pathlib import Path
 
 from loop.common import settings
-from loop.common.processes import status_of
+from loop.common.processes import CACHE_MOUNT, die_with_parent, drop_bounding_set, status_of
 
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 _CAPABILITY_V3 = 0x20080522
+CAP_SYS_ADMIN = 21
+IMPLEMENTATIONS = "implementations"  # the folder of the Triton cache that holds one folder per implementation
+_HELD: dict[str, object] = {}  # in a kernel process whose cache root is hidden: {"root": path, "fd": O_PATH fd}
 
 
 def _libc():
@@ -124,14 +135,194 @@ def outer_pid(host_proc: int) -> int:
 def drop_capabilities() -> bool:
     """Every capability of this process dropped (effective, permitted, inheritable): what a kernel
     process forked rather than exec'd must do itself, since no exec clears them for it."""
+    return _capset(0)
+
+
+def keep_only(cap: int) -> bool:
+    """Every capability but `cap` dropped (effective and permitted keep it; none inheritable): the
+    init of the kernel processes' namespaces keeps CAP_SYS_ADMIN, to make one more for each."""
+    return _capset(1 << cap)
+
+
+def _capset(mask: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
-    data = (ctypes.c_uint32 * 6)()
+    low, high = mask & 0xFFFFFFFF, mask >> 32
+    data = (ctypes.c_uint32 * 6)(low, low, 0, high, high, 0)  # (effective, permitted, inheritable) x 2 words
     try:
         return ctypes.CDLL(None, use_errno=True).capset(header, data) == 0
     except (OSError, AttributeError):
         return False
+
+
+def drop_all() -> None:
+    """Every capability gone: from the bounding set (none regained by an exec) and from this process."""
+    drop_bounding_set()
+    drop_capabilities()
+
+
+# -- one PID and mount namespace per kernel process, below the kernel processes' own -------------
+
+def nested_pid_namespace() -> str:
+    """In the init of the kernel processes' namespaces (which holds CAP_SYS_ADMIN there): whether
+    each kernel process can have a PID and mount namespace of its own below theirs, where it is
+    pid 1 and sees no sibling (tried in a forked child whose child mounts its /proc, as
+    `enter_own_namespace` and `mount_proc` do for a kernel process): "own", or "unavailable: <why>"."""
+    if not sys.platform.startswith("linux"):
+        return f"unavailable: {sys.platform} has no PID namespaces"
+    if not settings.load().pid_namespace:
+        return f"unavailable: turned off ({settings.PID_NAMESPACE_ENV}=0)"
+    why = _in_a_child(lambda: _enter(False) or _trial_init())
+    return "own" if why is None else f"unavailable: {why}"
+
+
+def probe() -> dict[str, str]:
+    """What a judge's zygote would have in force here, tried as it would do it (in a process
+    confined as the zygote is: `tileloop doctor`): {"pid_namespace": "own" | "unavailable: <why>",
+    "siblings": "hidden" | "visible", "triton_cache": "own, others hidden" | "own"}."""
+    namespace = new_pid_namespace()
+    nested = namespace == "own" and _in_a_child(_probe_init) is None
+    return {"pid_namespace": namespace, "siblings": "hidden" if nested else "visible",
+            "triton_cache": "own, others hidden" if nested else "own"}
+
+
+def _probe_init() -> str | None:
+    """In `probe`: the init of the kernel processes' namespaces, which tries one more below."""
+    if os.getpid() != 1 or mount_proc() is None:
+        return "no init of its own"
+    said = nested_pid_namespace()
+    return None if said == "own" else said
+
+
+def enter_own_namespace() -> str | None:
+    """This process's next child the init of a PID namespace of its own, in a mount namespace of its
+    own (unshare CLONE_NEWPID|CLONE_NEWNS: CAP_SYS_ADMIN); None, or why not."""
+    return _enter(False)
+
+
+# -- each implementation's own Triton cache -------------------------------------------------------
+
+def triton_root() -> str:
+    """Triton's cache folder as this process's Triton reads it (TRITON_CACHE_DIR: the run's, the
+    judge's); "" without Triton."""
+    try:
+        import triton
+    except ImportError:
+        return ""
+    knobs = getattr(triton, "knobs", None)
+    return str(knobs.cache.dir) if knobs is not None else ""
+
+
+def hide_triton_caches(root: str | None = None) -> bool:
+    """In a kernel process in a mount namespace of its own, before it drops its capabilities: the
+    per-implementation folder of the Triton cache `root` held open (O_PATH, for `own_triton_cache`
+    to take this implementation's folder from at its load), then a private tmpfs mounted over
+    `root` (default `triton_root()`), so that no path reaches another implementation's folder (nor
+    anything else of the root). False where it could not be done (nothing hidden, nothing held)."""
+    root = triton_root() if root is None else root
+    if not root or not os.path.isdir(root):
+        return False
+    folder = os.path.join(root, IMPLEMENTATIONS)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    if _libc().mount(CACHE_MOUNT.encode(), root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                     b"mode=0700,size=1m") != 0:
+        os.close(fd)
+        return False
+    _HELD.update(root=root, fd=fd)
+    return True
+
+
+def cache_name(label: str, source: bytes) -> str:
+    """An implementation's folder in the Triton cache: its label and a hash of its source."""
+    return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', label or 'implementation')[:64]}-{hashlib.sha256(source).hexdigest()[:16]}"
+
+
+def own_triton_cache(label: str, source: bytes) -> str:
+    """At a kernel process's load, before any kernel code runs: its implementation's own Triton cache,
+    `<root>/implementations/<label>-<hash of its source>` (a rerun of the same source finds what it
+    compiled and tuned there), made Triton's cache folder (its knob, and TRITON_CACHE_DIR with it).
+    Where the root is hidden (`hide_triton_caches`) the folder is reached through the fd held since
+    (closed now: nothing else of the root stays in reach) by a link under the same path in the tmpfs.
+    Returns the path ("" without Triton); a second load keeps the first's."""
+    if "path" in _HELD:
+        return str(_HELD["path"])
+    try:
+        import triton
+    except ImportError:
+        return ""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None:
+        return ""
+    name, fd = cache_name(label, source), _HELD.pop("fd", None)
+    path = os.path.join(str(_HELD.get("root") or knobs.cache.dir), IMPLEMENTATIONS, name)
+    if not isinstance(fd, int):
+        os.makedirs(path, exist_ok=True)
+    else:
+        try:
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            own = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # in the tmpfs, which only this process sees
+        os.symlink(f"/proc/self/fd/{own}", path)
+    knobs.cache.dir = path
+    _HELD["path"] = path
+    return path
+
+
+# -- the launcher of a worker that runs kernel code outside a judge --------------------------------
+
+def exec_confined(argv: list[str]) -> int:
+    """`python -c ... ARGV`: the launcher of a worker that runs kernel code outside a judge (the
+    compile gate, `check`), started confined as the judge's zygote is (`processes.confine_zygote`:
+    its own session, SIGKILL when its parent dies, no new privileges). Where the system allows it,
+    a PID and mount namespace of its own (`new_pid_namespace`): ARGV exec'd as their init (its /proc
+    mounted, every capability dropped), this process waiting and ending as it ended; elsewhere ARGV
+    replaces this process, every capability dropped."""
+    if new_pid_namespace() != "own":
+        drop_all()
+        os.execvp(argv[0], argv)
+    child = os.fork()
+    if child == 0:
+        code = 127
+        try:
+            die_with_parent()
+            host_proc = mount_proc()
+            if host_proc is None:
+                raise RuntimeError("the worker's namespace could not mount its /proc")
+            os.close(host_proc)
+            drop_all()
+            os.execvp(argv[0], argv)
+        except BaseException as exc:  # noqa: BLE001 - said on stderr (the worker's log), then this child ends
+            print(f"tileloop: the confined worker could not start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        os._exit(code)
+    drop_all()
+    return ended_as(child)
+
+
+def ended_as(pid: int) -> int:
+    """Wait for the child `pid` and return its exit code; one killed by a signal is mirrored (this
+    process killed by the same signal), so that whoever waits for this one sees what it saw."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught: no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return os.waitstatus_to_exitcode(status)
 
 
 def ns_pids(pid: int) -> list[int]:

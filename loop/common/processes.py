@@ -51,8 +51,8 @@ def watch_parent(interval_s: float = 1.0) -> None:
     """In a worker: end this process (and its group) as soon as the tileloop process that started it
     (named by TILELOOP_PARENT_PID) is gone."""
     raw = os.environ.get(PARENT_ENV, "")
-    if not raw.isdigit():
-        return
+    if not raw.isdigit() or os.getpid() == 1:  # the init of a PID namespace of its own (a confined worker:
+        return  # `loop.common.namespaces.exec_confined`) cannot name it; its parent-death signal ends it
     parent = int(raw)
 
     def watch() -> None:
@@ -123,6 +123,7 @@ def _command_line(pid: int) -> str:
 # -- confinement of kernel processes (Linux; elsewhere each part is reported as not in force) --------
 
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 24, 36, 38
+CACHE_MOUNT = "tileloop-triton-cache"  # the source of the tmpfs hiding the Triton cache root in a kernel process's mount namespace
 CAP_KILL, CAP_SYS_PTRACE = 5, 19
 LAST_CAP = 40  # CAP_CHECKPOINT_RESTORE; dropping a capability the kernel does not know fails harmlessly
 
@@ -198,7 +199,8 @@ class Tree:
     group (so the judge stops, resumes and kills them with one signal); a descendant that left the
     group (its own session or group) or was orphaned to one of its legitimate parents (the judge, a
     subreaper; the zygote and the init of the kernel processes' PID namespace, `parents`) is a
-    stray. `scan` reads only the pids that appeared since the last scan, so it is cheap between
+    stray; the process that keeps a kernel process in a namespace of its own (`keeper`, its parent)
+    is none, and the judge names it among the `others` of every tree. `scan` reads only the pids that appeared since the last scan, so it is cheap between
     requests."""
 
     def __init__(self, pid: int, judge: int | None = None, parents: frozenset[int] = frozenset()):
@@ -206,7 +208,10 @@ class Tree:
         self.parents = {self.judge, *parents}
         self.members: set[int] = {pid}
         self.seen: set[int] = set()
-        self.born = (_stat(pid) or (0, 0, 0, 0.0, 0))[4]  # an older child of the judge is none of this tree's
+        stat = _stat(pid) or (0, 0, 0, 0.0, 0)
+        self.born = stat[4]  # an older child of the judge is none of this tree's
+        # the parent that keeps it, where it is the init of a namespace of its own (a child of the zygote's init)
+        self.keeper = stat[0] if stat[0] and stat[0] not in self.parents else None
 
     def scan(self, others: set[int] = frozenset()) -> list[int]:
         """New members and strays since the last scan; returns the strays. `others`: the judge's
@@ -297,10 +302,15 @@ def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool, spawn: st
     """The isolation in force around the kernel processes `pids` (read from /proc, not assumed) of a
     judge that is (or is not) dumpable and a subreaper: {"uid": "same" | "separate", "ptrace":
     "blocked" | "open", "descendants": "reaped" | "open", "exec": "fresh", "stopped": "between
-    requests" | "no", "pid_namespace": "own" | "unavailable: <why>", "spawn": `spawn`}. A root
-    kernel process reaches the judge unless it lost CAP_SYS_PTRACE; any reaches a dumpable one of
-    its own uid. "pid_namespace" is "own" when every kernel process is in a PID namespace below the
-    judge's (NSpid), where it cannot name the judge to signal it; else `no_namespace` says why not."""
+    requests" | "no", "pid_namespace": "own" | "unavailable: <why>", "siblings": "hidden" |
+    "visible", "triton_cache": "own, others hidden" | "own", "spawn": `spawn`}. A root kernel
+    process reaches the judge unless it lost CAP_SYS_PTRACE; any reaches a dumpable one of its own
+    uid. "pid_namespace" is "own" when every kernel process is in a PID namespace below the judge's
+    (NSpid), where it cannot name the judge to signal it; else `no_namespace` says why not.
+    "siblings" is "hidden" when each is the init of a PID namespace of its own (`siblings_hidden`);
+    "triton_cache" is "own" (each implementation takes its own folder at its load:
+    `loop.common.namespaces.own_triton_cache`), and the others' are hidden when, besides, each has
+    the tmpfs over the cache root in its mount namespace (`cache_hidden`)."""
     statuses = [status_of(pid) for pid in pids]
     depth = len((status_of(os.getpid()).get("NSpid") or "").split())
     own = bool(statuses) and depth > 0 and all(len((s.get("NSpid") or "").split()) > depth for s in statuses)
@@ -310,13 +320,41 @@ def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool, spawn: st
 
     mine = (status_of(os.getpid()).get("Uid") or "").split()[:1]
     linux = sys.platform.startswith("linux") and all(statuses)
+    hidden = linux and siblings_hidden(pids)
     return {"uid": "same" if all((s.get("Uid") or "").split()[:1] == mine for s in statuses) else "separate",
             "ptrace": "blocked" if linux and not_dumpable and not any(map(has_ptrace, statuses)) else "open",
             "descendants": "reaped" if linux and subreaper else "open",
             "exec": "fresh",
             "stopped": "between requests" if linux else "no",
             "pid_namespace": "own" if linux and own else no_namespace,
+            "siblings": "hidden" if hidden else "visible",
+            "triton_cache": "own, others hidden" if hidden and all(map(cache_hidden, pids)) else "own",
             "spawn": spawn}
+
+
+def siblings_hidden(pids: list[int]) -> bool:
+    """Whether no process of `pids` can name another: each the init (pid 1) of a PID namespace of its
+    own, none of them the same (their /proc/<pid>/ns/pid), so none below another's."""
+    spaces = []
+    for pid in pids:
+        nspid = (status_of(pid).get("NSpid") or "").split()
+        try:
+            spaces.append(os.readlink(f"/proc/{pid}/ns/pid"))
+        except OSError:
+            return False
+        if len(nspid) < 2 or nspid[-1] != "1":
+            return False
+    return bool(pids) and len(set(spaces)) == len(spaces)
+
+
+def cache_hidden(pid: int) -> bool:
+    """Whether the tmpfs that hides the Triton cache root (`loop.common.namespaces.hide_triton_caches`)
+    is mounted in `pid`'s mount namespace (its mountinfo)."""
+    try:
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    return any(f" - tmpfs {CACHE_MOUNT} " in line for line in lines)
 
 
 PROBE = """
@@ -326,11 +364,11 @@ from loop.common.processes import become_subreaper, confine_child, confine_zygot
 guard = set_dumpable(False), become_subreaper()
 child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
                          preexec_fn=confine_child)
-trial = subprocess.run([sys.executable, "-c", "from loop.common.namespaces import new_pid_namespace as n; print(n())"],
+trial = subprocess.run([sys.executable, "-c", "import json; from loop.common.namespaces import probe; print(json.dumps(probe()))"],
                        capture_output=True, text=True, preexec_fn=confine_zygote).stdout.strip()
 zygote = sys.platform.startswith("linux") and settings.load().zygote
-print(json.dumps({**isolation_of([child.pid], *guard), **({"pid_namespace": trial or "unavailable: the trial failed",
-                                                          "spawn": "zygote"} if zygote else {})}))
+said = json.loads(trial) if trial.startswith("{") else {"pid_namespace": "unavailable: the trial failed"}
+print(json.dumps({**isolation_of([child.pid], *guard), **({**said, "spawn": "zygote"} if zygote else {})}))
 child.stdin.close()
 child.wait()
 """
@@ -338,8 +376,8 @@ child.wait()
 
 def probe_isolation(python: str | None = None, env: dict | None = None) -> dict[str, str] | None:
     """What a judge started on this machine would have in force (a judge and one kernel process
-    started as the judge starts them, and a PID namespace tried as its zygote would make it:
-    `tileloop doctor`); None when the probe fails."""
+    started as the judge starts them, and the PID namespaces tried as its zygote would make them,
+    its own and one per kernel process below it: `tileloop doctor`); None when the probe fails."""
     import json
     import subprocess
 

@@ -18,8 +18,12 @@ two pipes and its log inherited. Unless TILELOOP_PID_NAMESPACE=0 (or the system 
 zygote's kernel processes are in a PID namespace of their own (with a mount namespace and a /proc
 of their own, and a user namespace mapping the judge's own uid when the judge is not root): they
 cannot name the judge, the orchestrator or any process outside it, so they cannot signal them
-(kill; no /proc/<pid> to take a pidfd of). The judge learns each one's pid as it names it from the
-credentials the kernel translates (SCM_CREDENTIALS).
+(kill; no /proc/<pid> to take a pidfd of). Where the system allows one more level, each is besides
+the init of a PID and mount namespace of its own below that one: the incumbent and the candidate
+cannot name each other either, and the Triton cache root is hidden under a tmpfs in each, but for
+the implementation's own folder (`loop.common.namespaces`: `hide_triton_caches`, `own_triton_cache`).
+The judge learns each one's pid as it names it from the credentials the kernel translates
+(SCM_CREDENTIALS).
 
 The judge guards itself first (`guard_judge`): not dumpable (a process of the same user without
 CAP_SYS_PTRACE cannot attach to it, read or write its memory through /proc/<pid>/mem or
@@ -32,8 +36,10 @@ refused.
 
 `isolation` says what was in force, for the judge's result and every record: {"uid": "same",
 "ptrace": "blocked" | "open", "descendants": "reaped" | "open", "exec": "fresh" (never a fork of
-the judge), "stopped": "between requests", "pid_namespace": "own" | "unavailable: <why>", "spawn":
-"zygote" | "fresh exec"}. "uid" is "same": the kernel process runs as the judge's user; without a
+the judge), "stopped": "between requests", "pid_namespace": "own" | "unavailable: <why>",
+"siblings": "hidden" | "visible" (whether a kernel process can name another), "triton_cache":
+"own, others hidden" | "own" (each implementation compiles into a folder of its own, and cannot
+reach the others' where hidden), "spawn": "zygote" | "fresh exec"}. "uid" is "same": the kernel process runs as the judge's user; without a
 PID namespace of its own it can still send the judge a signal (a measurement it kills or stops
 leaves no result, never a verdict); a separate uid would also need the judge's arena files, the
 run's Triton cache and CUDA IPC shared with it (not done: docs/architecture.md)."""
@@ -265,4 +271,5 @@ def full(isolation_: dict[str, str]) -> bool:
     """Whether `isolation_` is the strongest this judge knows (a separate uid is not required)."""
     return (isolation_.get("ptrace") == "blocked" and isolation_.get("descendants") == "reaped"
             and isolation_.get("exec") == "fresh" and isolation_.get("stopped") == "between requests"
-            and isolation_.get("pid_namespace") == "own")
+            and isolation_.get("pid_namespace") == "own" and isolation_.get("siblings") == "hidden"
+            and isolation_.get("triton_cache") == "own, others hidden")

@@ -8,7 +8,8 @@ Between its requests a kernel process's whole tree (its process group) is stoppe
 resumes it and stops every other kernel process first, so that no implementation runs while
 another is asked (timed, audited, checked), and none works between the judge's writes and its next
 request. After each answer the judge looks for strays (descendants that left the group, or were
-orphaned to the judge or to the zygote that forked the kernel process), kills them and refuses the implementation (`uncorroborated`); so does CPU
+orphaned to the judge or to the zygote that forked the kernel process; the parent that keeps a kernel
+process in a namespace of its own is none), kills them and refuses the implementation (`uncorroborated`); so does CPU
 time the tree used while it was stopped (which a stopped tree cannot use) beyond IDLE_CPU_S."""
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ class KernelProcess:
         `label` is given, its implementation refused."""
         self.tree.stop()
         self.running = False
-        strays = self.tree.scan({k.proc.pid for k in _LIVE})
+        strays = self.tree.scan(_kernels())
         if strays:
             kill_all(strays)
             if label is not None:
@@ -178,7 +179,7 @@ class KernelProcess:
         except subprocess.TimeoutExpired:
             pass
         for _ in range(3):  # what the group's death orphaned comes back to the judge (a subreaper)
-            left = self.tree.scan({k.proc.pid for k in _LIVE}) + sorted(self.tree.members - {self.proc.pid})
+            left = self.tree.scan(_kernels()) + sorted(self.tree.members - {self.proc.pid})
             if not left:
                 break
             kill_all(left)
@@ -193,6 +194,13 @@ class KernelProcess:
         self.pid_file.unlink(missing_ok=True)
         if self in _LIVE:
             _LIVE.remove(self)
+
+
+def _kernels() -> set[int]:
+    """This judge's kernel processes and the processes that keep them (where each is the init of a
+    namespace of its own, its parent: `loop.worker.zygote.nest`): never strays of one another's tree."""
+    trees = [k.tree for k in _LIVE]
+    return {t.pid for t in trees} | {t.keeper for t in trees if t.keeper is not None}
 
 
 def sample_times(answer: dict, n: int, label: str) -> list[float]:

@@ -1,7 +1,12 @@
 """Running the worker: a fresh subprocess per measurement, in its own process group, with a
 hard timeout, its own TRITON_CACHE_DIR, and output captured to a log file (not a pipe, which
 can deadlock when a kernel prints a lot). The result is the JSON file the worker wrote
-atomically; no result means the process died, and that is typed here."""
+atomically; no result means the process died, and that is typed here.
+
+A worker that runs kernel code outside a judge (the compile gate, `check`: `CONFINED_MODES`) is
+confined as a kernel process is, by the same code: its own session, SIGKILL when its parent dies,
+no new privileges, every capability dropped, and a PID and mount namespace of its own where the
+system allows it (`loop.common.namespaces.exec_confined`, its launcher)."""
 
 from __future__ import annotations
 
@@ -17,9 +22,19 @@ from typing import Sequence
 
 from loop.backends import Backend, tileiras_environment
 from loop.common.files import SOURCE_ROOT
-from loop.common.processes import PARENT_ENV, die_with_parent, kill_process_group, record_pid
+from loop.common.processes import PARENT_ENV, confine_zygote, die_with_parent, kill_process_group, record_pid
 from loop.common.settings import Settings
 from loop.measure.host import JudgeHost, start_host
+
+
+CONFINED_MODES = ("compile", "check")  # worker jobs that run kernel code outside a judge
+CONFINE = "import sys; from loop.common.namespaces import exec_confined; sys.exit(exec_confined(sys.argv[1:]))"
+
+
+def confined_command(cmd: list[str]) -> list[str]:
+    """`cmd` run by its launcher, which confines it (`loop.common.namespaces.exec_confined`); the
+    launcher itself starts confined as the judge's zygote is (`Popen(preexec_fn=confine_zygote)`)."""
+    return [cmd[0], "-c", CONFINE, *cmd]
 
 
 def with_package_path(env: dict) -> dict:
@@ -117,8 +132,10 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     else:
         if ahead is not None:
             ahead.cancel()
-        launched = _Launched(workdir, name, [*launcher, *worker_command(settings, workdir, name, job)], job, backend, cache_dir,
-                             host=host if not launcher else None)
+        cmd = [*launcher, *worker_command(settings, workdir, name, job)]
+        confined = not launcher and job is not None and job.get("mode") in CONFINED_MODES
+        launched = _Launched(workdir, name, confined_command(cmd) if confined else cmd, job, backend, cache_dir,
+                             host=host if not launcher else None, confined=confined)
     if procs is not None:
         procs.append(launched.proc)
     return launched.wait(timeout_s or settings.worker_timeout_s)
@@ -128,7 +145,7 @@ class _Launched:
     """A started worker or judge: its process, log, pid file and (a judge's) result pipe."""
 
     def __init__(self, workdir: Path, name: str, cmd: list[str], job: dict | None, backend: Backend | None,
-                 cache_dir: Path, job_pipe: bool = False, host: JudgeHost | None = None):
+                 cache_dir: Path, job_pipe: bool = False, host: JudgeHost | None = None, confined: bool = False):
         self.result_path, self.log_path = workdir / f"{name}.result.json", workdir / f"{name}.log"
         self.result_path.unlink(missing_ok=True)
         if job is not None:
@@ -149,8 +166,8 @@ class _Launched:
             self.proc = host.spawn(cmd, env, workdir, log.fileno(), fds) if host is not None else None
             if self.proc is None:
                 self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                             preexec_fn=die_with_parent, pass_fds=fds)
+                                             stdin=subprocess.DEVNULL, start_new_session=not confined,
+                                             preexec_fn=confine_zygote if confined else die_with_parent, pass_fds=fds)
         if job_pipe:
             os.close(job_r)
         if self.piped is not None:

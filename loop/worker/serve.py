@@ -9,7 +9,8 @@ timings against the judge's own clock).
 One kernel process runs one implementation (the judge starts one per implementation, so that a
 candidate cannot reach the incumbent it is timed against). Requests (`op`) and answers, one JSON
 object each:
-  load     spec, implementation, backend -> {labels}            (an import failure is a compile error)
+  load     spec, implementation, backend -> {labels}            (an import failure is a compile error; the
+           implementation's own Triton cache taken first: `loop.common.namespaces.own_triton_cache`)
   arena    open an arena the judge made / drop one it is freeing
   call     one call on inputs in an arena; outputs copied into the judge's slots
   record   launch recording on or off -> {launched, called} when off
@@ -40,6 +41,7 @@ from typing import Any
 
 from loop.common import arena, ipc, timing
 from loop.common.channel import Channel, ChannelClosed
+from loop.common.namespaces import own_triton_cache
 from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
 from loop.worker.bench import tuned_configs
@@ -114,6 +116,9 @@ class KernelSide:
             raise RuntimeError("the kernel process was asked for cuda but no CUDA device is visible")
         if self.device == "cuda":
             self.clock = timing._Clock(torch)
+        impl = (msg["impls"] or [{}])[0]  # its own Triton cache, before any code of the spec or the implementation runs
+        own_triton_cache(impl.get("label") or msg.get("reference") or "+".join(msg.get("torch_providers", [])),
+                         Path(impl["path"]).read_bytes() if impl else b"")
         sys.path.insert(0, msg["target_dir"])
         if self.backend == "cutile":
             watch_cutile_compiles()
