@@ -135,3 +135,31 @@ def json_contract(monkeypatch):
     monkeypatch.setattr(cli_common, "print_json", checked)
     yield observer
     assert not observer.failures, "\n".join(observer.failures)
+
+
+# The slow tier's longest tests (over a minute each on a two-core CI machine), started first: with
+# pytest-xdist's load scheduling, a long test picked up last keeps one worker busy while the other
+# has nothing left; started first, the short tests fill in around them.
+LONGEST_FIRST = (
+    "test_suite_cmd.py::test_a_killed_suite_resumes_each_run_where_it_stopped",
+    "test_recipes_cutile_autotune.py::test_every_config_compiles_ahead_of_time_for_hopper_and_blackwell[matmul]",
+    "test_suite_cmd.py::test_a_run_cut_off_by_per_run_goes_on_with_resume",
+    "test_decision_check.py::test_cpu_",  # with the module fixture cpu_check's other user, so it is made once
+    "test_decision_check.py::test_every_json_field_is_documented",
+    "test_faults.py::test_cpu_faults_through_the_loop",
+    "test_adversaries.py::test_no_adversary_is_kept_under_the_interpreter",
+    "test_faults.py::test_op_fault_variants_planted_in_an_unattended_run",
+    "test_suite_cmd.py::test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left",
+    "test_agent.py::test_scripted_agent_session",
+    "test_suite_cmd.py::test_resume_with_fewer_gpus_goes_on_where_the_runs_live",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        for i, name in enumerate(LONGEST_FIRST):
+            if item.nodeid.endswith(name) or item.nodeid.split("/")[-1].startswith(name):
+                return i
+        return len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
