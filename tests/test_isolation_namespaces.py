@@ -275,3 +275,25 @@ def test_a_check_worker_runs_the_users_code_confined(tmp_path, env):
     assert got["NoNewPrivs"] == "1" and got["CapEff"] == "0000000000000000", got
     own = _run("from loop.common.namespaces import new_pid_namespace as n; print(n())").strip() == "own"
     assert (got["NSpid"].split()[-1] == "1") == own, got
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_each_implementation_compiles_into_its_own_cache_and_the_incumbents_is_unharmed(tmp_path, env):
+    """PTX on a CUDA device: the kernels compile into each implementation's own folder (reached, where
+    the root is hidden, through the handle the kernel process kept), the candidate that writes the
+    incumbent's cache reaches none of it, and the incumbent's compiled kernels are whole."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from test_judge import judged
+
+    raw = judged(tmp_path, ADVERSARIES / "write_incumbent_cache.py", device="cuda")
+    assert raw["status"] == "ok", raw
+    assert raw["isolation"]["triton_cache"] == "own, others hidden" and raw["isolation"]["siblings"] == "hidden", raw
+    incumbent = _incumbent_cache(tmp_path)
+    (candidate,) = (tmp_path / "cache" / "implementations").glob("candidate-*")
+    for folder in (incumbent, candidate):
+        cubins = list(folder.rglob("*.cubin"))
+        assert cubins and all(c.stat().st_size > 0 for c in cubins), (folder, list(folder.rglob("*")))
+    assert not list((tmp_path / "cache").rglob(PLANTED))

@@ -116,7 +116,7 @@ class KernelSide:
             raise RuntimeError("the kernel process was asked for cuda but no CUDA device is visible")
         if self.device == "cuda":
             self.clock = timing._Clock(torch)
-        impl = (msg["impls"] or [{}])[0]  # its own Triton cache, before any code of the spec or the implementation runs
+        impl = (msg.get("impls") or [{}])[0]  # its own Triton cache, before any code of the spec or the implementation runs
         own_triton_cache(impl.get("label") or msg.get("reference") or "+".join(msg.get("torch_providers", [])),
                          Path(impl["path"]).read_bytes() if impl else b"")
         sys.path.insert(0, msg["target_dir"])
