@@ -159,9 +159,11 @@ def confine_child() -> None:
 
 
 def confine_zygote() -> None:
-    """Popen(preexec_fn=...) of the judge's zygote (`loop.worker.zygote`): as `confine_child`, but
-    its capabilities kept until it has made its PID namespace (as root, CLONE_NEWPID needs
-    CAP_SYS_ADMIN); it drops them itself then (`drop_bounding_set`, `drop_capabilities`)."""
+    """Popen(preexec_fn=...) of the judge's zygote (`loop.worker.zygote`), and of the launcher of a
+    worker that runs kernel code outside a judge (`loop.common.namespaces.exec_confined`): as
+    `confine_child`, but its capabilities kept until it has made its PID namespace (as root,
+    CLONE_NEWPID needs CAP_SYS_ADMIN); it drops them itself then (`drop_bounding_set`,
+    `drop_capabilities`)."""
     os.setsid()
     die_with_parent()
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
