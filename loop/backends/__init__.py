@@ -6,6 +6,7 @@
 | `tileir`      | triton   | cuda   | nvtriton with ENABLE_TILE=1, Blackwell sm_100+ (`tileir.py`) |
 | `cutile`      | cutile   | cuda   | cuda.tile + tileiras (`cutile.py`)                          |
 | `interpreter` | triton   | cpu    | TRITON_INTERPRET=1, interpreter timings (`interpreter.py`)  |
+| `nvcc`        | cuda     | cuda   | CUDA C built by nvcc, called through ctypes (`nvcc.py`)     |
 
 Availability is decided from a worker probe (`python -m loop.worker --probe`), never by importing
 kernel code here. Each worker proves that its backend really ran (`loop.worker.proof`); a fallback
@@ -20,6 +21,7 @@ from __future__ import annotations
 from loop.backends.base import Availability, Backend
 from loop.backends.cutile import CUTILE, tileiras_environment
 from loop.backends.interpreter import INTERPRETER
+from loop.backends.nvcc import NVCC
 from loop.backends.ptx import PTX
 from loop.backends.tileir import TILEIR
 from loop.common.errors import UserError
@@ -28,7 +30,7 @@ from loop.common.language import get_language, runs_on
 __all__ = ["Availability", "Backend", "BACKENDS", "applicable", "availability", "choose", "default_target",
            "for_language", "get", "gpu_backends", "tileiras_environment"]
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER)}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER, NVCC)}
 
 
 def get(name: str) -> Backend:

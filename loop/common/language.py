@@ -6,6 +6,8 @@ launch goes through (dotted paths `module:attribute`, resolved where they run: t
 nothing else of tileloop), the backends that time it on each device and which of them decides by
 default, and the playbook package of its recipes. The CLI's choices, the compile gate, the backends,
 the suite and the playbook read it; `docs/architecture.md` ("Adding a language") lists the rest.
+A language whose targets are not Python (CUDA C: a `.cu` file with `extern "C" void solve(...)`) is
+recognised by its `suffix` and its `recognise` rule instead of its imports (`language_of_file`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import ast
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Callable, Literal
 
+from loop.common import cuda_c
 from loop.common.errors import UserError
 
-Language = Literal["triton", "cutile"]  # the names of LANGUAGES, for type checkers
+Language = Literal["triton", "cutile", "cuda"]  # the names of LANGUAGES, for type checkers
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class LanguageEntry:
     backends: dict[str, tuple[str, ...]] = field(default_factory=dict)
     preferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)
+    suffix: str = ".py"  # its targets' file suffix; a Python language is recognised by its imports
+    recognise: str = ""  # a target that is not Python: `module:function` (source -> bool) that accepts one
 
 
 TRITON = LanguageEntry(
@@ -51,7 +57,14 @@ CUTILE = LanguageEntry(
     backends={"cuda": ("cutile",), "cpu": ("cutile",)},
     preferred={"cuda": ("cutile",)}, unsupported={"cpu": "cuTile has no CPU interpreter"})
 
-LANGUAGES: dict[str, LanguageEntry] = {entry.name: entry for entry in (TRITON, CUTILE)}
+CUDA = LanguageEntry(
+    "cuda", "CUDA C", (), 2, "loop.worker.cuda_build:cuda_compile", "nvcc", "loop.worker.cuda_build:load_target",
+    "loop.worker.cuda_build:_Solve.__call__", "playbook.cuda",
+    backends={"cuda": ("nvcc",)}, preferred={"cuda": ("nvcc",)},
+    unsupported={"cpu": "CUDA C has no CPU interpreter"}, suffix=cuda_c.SUFFIX,
+    recognise="loop.common.cuda_c:has_solve")
+
+LANGUAGES: dict[str, LanguageEntry] = {entry.name: entry for entry in (TRITON, CUTILE, CUDA)}
 
 
 def get_language(name: str) -> LanguageEntry:
@@ -95,3 +108,20 @@ def detect_language(tree: ast.Module) -> Language | None:
     found = [entry for entry in LANGUAGES.values()
              if any(name == m or name.startswith(f"{m}.") for name in imported for m in entry.modules)]
     return max(found, key=lambda entry: entry.priority).name if found else None  # type: ignore[return-value]
+
+
+def language_of_file(name: str, source: str) -> Language | None:
+    """The language of a target that is not Python, by its suffix and its entry's `recognise` rule
+    (a `.cu` file declaring `extern "C" void solve(...)` is CUDA C); None for a Python file or one
+    no entry accepts."""
+    for entry in LANGUAGES.values():
+        if entry.suffix != ".py" and name.endswith(entry.suffix) and resolve(entry.recognise)(source):
+            return entry.name  # type: ignore[return-value]
+    return None
+
+
+def loader_of(path: Path) -> Callable[[str, Path], Any] | None:
+    """How a worker loads a target that is not Python (its language's `load`, by the file's suffix);
+    None for a Python file."""
+    entry = next((e for e in LANGUAGES.values() if e.suffix != ".py" and path.name.endswith(e.suffix)), None)
+    return None if entry is None else resolve(entry.load)

@@ -295,7 +295,13 @@ def _list(module, name: str) -> list:
 
 
 def load_module(name: str, path: Path):
-    """Import the Python file at `path` as module `name` (registered in sys.modules)."""
+    """Import the Python file at `path` as module `name` (registered in sys.modules); a target of a
+    language that is not Python (a `.cu` file) is loaded by its language's `load` instead."""
+    from loop.common.language import loader_of
+
+    other = loader_of(Path(path))
+    if other is not None:
+        return other(name, Path(path))
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")

@@ -76,6 +76,10 @@ def check(target: str | Path, *, device: str, archs: list[str], settings: Settin
         return _done(out)
     out.update(target=str(kernel.target), spec=str(kernel.spec), language=kernel.language)
     log(f"checking {kernel.target} with {kernel.spec} ({device})")
+    if kernel.language == "cuda":  # solve's parameters against the spec's inputs, read from both sources
+        from loop.target.cuda_c import problems as cuda_problems
+
+        out["problems"] += cuda_problems(kernel.target_abs, kernel.spec_abs, str(kernel.target), str(kernel.spec))
     interpreter_only = _dynamic(kernel, device, settings, out)
     built = bool(archs) and (not out["problems"] or interpreter_only)  # what the interpreter cannot run, a GPU may
     if built:

@@ -25,9 +25,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from loop.common import kernel_source
+from loop.common import cuda_c, kernel_source
 from loop.common.errors import UserError
-from loop.common.language import Language, detect_language
+from loop.common.language import Language, detect_language, language_of_file
 
 SPEC_REQUIRED = (
     "make_inputs",
@@ -133,7 +133,7 @@ def resolve_target(target: str | Path, repo_root: Path) -> tuple[Path, Path]:
     path = (path if path.is_absolute() else Path.cwd() / path).resolve()
     if not path.exists():
         raise UserError(f"target {target} does not exist")
-    if not path.is_file() or path.suffix != ".py":
+    if not path.is_file() or path.suffix not in (".py", cuda_c.SUFFIX):
         raise UserError(f"target {target} is not a Python file")
     try:
         return path, path.relative_to(repo_root)
@@ -146,6 +146,8 @@ def load_kernel(target: str | Path, repo_root: Path, names: bool = True) -> Kern
     `names` False, a spec missing required names or an entry point the target lacks passes here
     (`tileloop check` names them, with every other problem, from the worker)."""
     path, rel = resolve_target(target, repo_root)
+    if path.suffix == cuda_c.SUFFIX:
+        return _cuda_kernel(path, rel, repo_root, names)
     tree = _parse(path, "target")
     language = detect_language(tree)
     if language is None:
@@ -168,10 +170,37 @@ def load_kernel(target: str | Path, repo_root: Path, names: bool = True) -> Kern
     return Kernel(repo_root, rel, spec.relative_to(repo_root), language, _op_name(path))
 
 
+def _cuda_kernel(path: Path, rel: Path, repo_root: Path, names: bool) -> Kernel:
+    """A CUDA C target (`extern "C" void solve(...)`, its parameters read) and its spec; UserError
+    with a one-line reason otherwise. Which inputs match which parameters is `tileloop check`'s."""
+    try:
+        source = path.read_text()
+    except UnicodeDecodeError:
+        raise UserError(f"target {rel} is not UTF-8 text") from None
+    if language_of_file(path.name, source) is None:
+        raise UserError(f'target {rel} declares no extern "C" void solve(...)',
+                        hint="a CUDA C target launches its kernels from extern \"C\" void solve(<pointers and "
+                             "scalars>), called with the spec's inputs by name")
+    cuda_c.solve_signature(source, str(rel))  # a parameter it cannot read is named here, with its line
+    spec = path.parent / "spec.py"
+    if not spec.is_file():
+        raise UserError(f"no spec.py beside the target {rel}", hint=f"tileloop spec {rel} writes one from solve's "
+                        "parameters")
+    spec_tree = _parse(spec, "spec")
+    missing = [name for name in SPEC_REQUIRED if name not in _top_level_names(spec_tree)]
+    if missing and names:
+        raise UserError(f"spec {spec.relative_to(repo_root)} is missing required name(s): {', '.join(missing)}")
+    entry = spec_entry(spec_tree)
+    if names and entry not in (None, "run", cuda_c.ENTRY):
+        raise UserError(f"the spec's ENTRY {entry!r} is not {cuda_c.ENTRY}: a CUDA C target is called through "
+                        f"{cuda_c.ENTRY}", hint=f'ENTRY = "{cuda_c.ENTRY}"')
+    return Kernel(repo_root, rel, spec.relative_to(repo_root), "cuda", _op_name(path))
+
+
 def _op_name(path: Path) -> str:
-    """The op a target file tunes: its name without the _triton / _cutile suffix."""
+    """The op a target file tunes: its name without the _triton / _cutile / _cuda suffix."""
     op = path.stem
-    for suffix in ("_triton", "_cutile"):
+    for suffix in ("_triton", "_cutile", "_cuda"):
         op = op.removesuffix(suffix)
     return op
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from loop.common import cuda_c
 from loop.common.errors import UserError
 
 OUTPUT_NAMES = {"out", "output", "y", "result", "dst", "o"}
@@ -181,6 +182,10 @@ def write_spec(target: Path, entry: str = "run", force: bool = False) -> Path:
     """Write the skeleton beside the target; refuse to overwrite a spec unless `force`."""
     if not target.is_file():
         raise UserError(f"target {target} does not exist")
+    if cuda_c.is_cuda_target(target.name):  # a CUDA C target: its spec from solve's parameters
+        from loop.target.cuda_c import write_spec as write_cuda_spec
+
+        return write_cuda_spec(target, force)
     spec = target.parent / "spec.py"
     if spec.exists() and not force:
         raise UserError(f"{spec} exists", hint="pass --force to overwrite it, or edit it")

@@ -19,7 +19,7 @@ def compile_target(target: str, archs: list[str], settings: Settings) -> tuple[d
     path = Path(target).resolve()
     root = gitops.root_or_folder(path.parent)
     kernel = load_kernel(path, root)
-    hazards = scan(kernel.target_abs.read_text(), kernel.language)
+    hazards = [] if kernel.language == "cuda" else scan(kernel.target_abs.read_text(), kernel.language)
     with scratch("compile") as tmp:
         raw = compile_gate(workdir=Path(tmp), spec_path=kernel.spec_abs, target_dir=kernel.target_abs.parent,
                            target=kernel.target_abs, language=kernel.language, archs=archs, settings=settings,
@@ -30,6 +30,13 @@ def compile_target(target: str, archs: list[str], settings: Settings) -> tuple[d
     text += f"\n{'ok' if ok else 'FAILED'}: {kernel.target} ({kernel.language}) for {', '.join(archs)}"
     if not ok:
         text += f"\n{raw.get('message', '')}"
-    return {"target": str(kernel.target), "language": kernel.language, "archs": archs, "ok": ok,
-            "status": raw["status"], "message": raw.get("message"), "kernels": rows,
-            "hazards": [h.to_json() for h in hazards]}, text
+    payload = {"target": str(kernel.target), "language": kernel.language, "archs": archs, "ok": ok,
+               "status": raw["status"], "message": raw.get("message"), "kernels": rows,
+               "hazards": [h.to_json() for h in hazards]}
+    builds = [k["build"] for r in (raw.get("compile") or {}).get("results", []) for k in r.get("kernels") or []
+              if k.get("build")]
+    if builds:  # a CUDA C target: the nvcc, its version and the flags of each architecture's library
+        payload["builds"] = list({b["key"]: b for b in builds}.values())
+        text += "".join(f"\nbuilt by {b['toolchain']['nvcc']} ({b['toolchain']['release']}, {b['toolchain']['version']}): "
+                        f"{' '.join(b['flags'])}" for b in payload["builds"][:1])
+    return payload, text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loop import backends as backend_registry
+from loop.common import nvcc
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker, with_package_path
 from loop.common.files import scratch
@@ -82,7 +83,15 @@ def report(probe: dict, interpreter: dict | None = None, isolation: dict | None 
     recommendation = recommend(probe, avail, checks)
     if isolation is not None:  # said, never what decides the backends
         checks.append(isolation)
-    return {"probe": probe, "backends": avail, "checks": checks, "recommendation": recommendation}
+    return {"probe": probe, "backends": avail, "checks": checks, "recommendation": recommendation,
+            "cuda_c": cuda_c_compiler()}
+
+
+def cuda_c_compiler() -> dict:
+    """The compiler of CUDA C targets: the nvcc found, its version and the architectures it emits
+    machine code for, or why there is none and what installs one."""
+    chain = nvcc.toolchain()
+    return {**chain.to_json(), "reason": None} if chain is not None else {"nvcc": None, "reason": nvcc.why_none()}
 
 
 def recommend(probe: dict, avail: dict, checks: list[dict] = ()) -> str:
@@ -109,6 +118,14 @@ def recommend(probe: dict, avail: dict, checks: list[dict] = ()) -> str:
     return "; ".join(parts)
 
 
+def _nvcc_line(found: dict) -> str:
+    """The CUDA C compiler's line: nvcc's path, release and the sm_XX it targets, or why none."""
+    if not found.get("nvcc"):
+        return f"nvcc (CUDA C):  {found.get('reason') or 'not found'}"
+    return (f"nvcc (CUDA C):  {found['nvcc']} ({found['release']}, {found['version']}, from {found['source']}); "
+            f"targets {', '.join(found['archs'])}")
+
+
 def render(rep: dict) -> str:
     p = rep["probe"]
     cap = p.get("capability")
@@ -123,6 +140,7 @@ def render(rep: dict) -> str:
         f"cuda-tile:      {p.get('cutile_version') or 'not installed'}",
         f"tileiras:       {p.get('tileiras') or 'not found'}" + (f" ({p['tileiras_version']})" if p.get("tileiras_version") else ""),
         f"tileiras archs: {', '.join(p.get('tileiras_archs') or []) or 'n/a'}",
+        _nvcc_line(rep.get("cuda_c") or {}),
         f"ncu:            {p.get('ncu') or 'not found'}" + (f" ({p['ncu_version']})" if p.get("ncu_version") else ""),
         f"numpy:          {p.get('numpy_version') or 'n/a'}",
         f"tile env:       {p.get('tile_env') or '{}'}",

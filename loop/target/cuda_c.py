@@ -1,0 +1,188 @@
+"""CUDA C targets before a run: `tileloop spec <file.cu>` (a commented spec.py written from the
+parameters of `extern "C" void solve(...)`) and the part of `tileloop check <file.cu>` read from the
+sources: each way the spec's inputs and solve's parameters differ, one line each.
+
+The spec's inputs are read from `make_inputs`' returned dict literal (its keys, and whether each
+value is a tensor: a `torch.*` call or a method on one, or a scalar: a number, `shape[i]`,
+arithmetic on these), without importing the spec. A value neither is left to the call, which checks
+every argument again where it runs (`loop.worker.cuda_build`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from loop.common import cuda_c
+from loop.common.errors import UserError
+
+OUTPUT_PREFIXES = ("out", "y", "dst", "result", "o")
+SIZE_NAMES = {"n": "math.prod(shape)", "numel": "math.prod(shape)", "size": "math.prod(shape)",
+              "rows": "shape[0]", "m": "shape[0]", "cols": "shape[-1]", "d": "shape[-1]", "k": "shape[-1]"}
+
+
+def _is_output(p: cuda_c.Param) -> bool:
+    low = p.name.lower()
+    return p.pointer and not p.const and any(low == o or low.startswith(f"{o}_") or low == f"{o}put" for o in OUTPUT_PREFIXES)
+
+
+def _made(p: cuda_c.Param) -> str:
+    if p.pointer and _is_output(p):
+        return f'        "{p.name}": torch.empty(shape, dtype=torch.{p.dtype}),  # written by solve (OUTPUTS)'
+    if p.pointer and p.dtype in ("float16", "bfloat16", "float32", "float64"):
+        note = "" if p.const else " (not const: if solve writes it, list it in OUTPUTS)"
+        return f'        "{p.name}": torch.randn(shape, generator=g).to(torch.{p.dtype}),  # TODO: its shape{note}'
+    if p.pointer:
+        return f'        "{p.name}": torch.randint(0, 100, shape, generator=g).to(torch.{p.dtype}),  # TODO: its values'
+    size = SIZE_NAMES.get(p.name.lower())
+    if size is not None:
+        return f'        "{p.name}": {size},  # TODO: check ({p.ctype} {p.name}, going by its name)'
+    return f'        "{p.name}": ...,  # TODO: its value ({p.ctype} {p.name})'
+
+
+def skeleton(op: str, params: list[cuda_c.Param], declared: str) -> str:
+    """The commented spec of a CUDA C target whose `solve` takes `params`."""
+    outputs = tuple(p.name for p in params if _is_output(p))
+    floats = list(dict.fromkeys(p.dtype for p in params if p.pointer and p.dtype in
+                                ("float16", "bfloat16", "float32", "float64")))
+    dtypes = floats[:1] or ["float32"]
+    tensors = [p for p in params if p.pointer]
+    args = ", ".join(p.name for p in params)
+    lines = [
+        f'"""The contract of {op} for tileloop: inputs, the PyTorch reference, shapes and tolerances.',
+        "",
+        "Written by `tileloop spec` from the CUDA C target's entry point",
+        f"    {declared}",
+        "each parameter an input of the same name: a pointer a tensor on the GPU (its dtype the C type's,",
+        'the only one DTYPES can hold), any other a scalar. Fill in the TODOs and the `...`, then run',
+        '`tileloop check` on the target."""',
+        "",
+        "import math",
+        "",
+        "import torch",
+        "",
+        f'ENTRY = "{cuda_c.ENTRY}"  # the target\'s extern "C" function, called with the inputs below by name',
+        "CORRECTNESS_SHAPES = [(1, 7), (5, 33), (37, 1000)]  # TODO: shapes of your op (odd sizes catch masking bugs)",
+        "BENCHMARK_SHAPES = [(4096, 4096)]  # TODO: the shapes that matter for speed",
+        f"DTYPES = [{', '.join(f'torch.{d}' for d in dtypes)}]  # the C types of solve's pointers",
+        f"TOLERANCES = {{{', '.join(f'torch.{d}: (1e-5, 1e-5)' if d in ('float32', 'float64') else f'torch.{d}: (1e-2, 1e-2)' for d in dtypes)}}}  # (atol, rtol)",
+        f"OUTPUTS = {outputs!r}  # output buffers among the inputs, written in place by solve",
+        "",
+        "",
+        "def make_inputs(shape, dtype, seed):",
+        '    """Fresh random inputs (never zeros), built on the CPU: tileloop moves them to the device."""',
+        "    g = torch.Generator().manual_seed(seed)",
+        "    return {",
+        *(_made(p) for p in params),
+        "    }",
+        "",
+        "",
+        f"def reference({args}):",
+        '    """The op in PyTorch; return the value of each output buffer, in the order of OUTPUTS."""',
+        f'    raise NotImplementedError("write {op} in PyTorch here")',
+        "",
+        "",
+        "def flops(shape, dtype):",
+        '    """Floating-point operations of one call, for TFLOP/s."""',
+        "    return 0  # TODO",
+        "",
+        "",
+        "def bytes_moved(shape, dtype):",
+        '    """Bytes one call must read and write at least, for GB/s and the fraction of copy bandwidth."""',
+        "    size = torch.empty((), dtype=dtype).element_size()",
+        f"    return {max(len(tensors), 1)} * math.prod(shape) * size  # TODO: count every tensor read and written",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def declaration(source: str) -> str:
+    """solve's declaration as one line (its parameters as written, whitespace folded)."""
+    text = cuda_c.strip_comments(source)
+    start = text.find("solve", text.find('extern "C"'))
+    end = text.find(")", start)
+    return " ".join(f'extern "C" void {text[start:end + 1]}'.split())
+
+
+def write_spec(target: Path, force: bool = False) -> Path:
+    """Write the spec of a CUDA C target beside it; refuse to overwrite a spec unless `force`."""
+    spec = target.parent / "spec.py"
+    if spec.exists() and not force:
+        raise UserError(f"{spec} exists", hint="pass --force to overwrite it, or edit it")
+    source = target.read_text()
+    params = cuda_c.solve_signature(source, str(target))
+    spec.write_text(skeleton(target.stem.removesuffix("_cuda"), params, declaration(source)))
+    return spec
+
+
+def spec_inputs(spec_source: str) -> tuple[dict[str, bool | None], int] | None:
+    """make_inputs' input names, each True (a tensor), False (a scalar) or None (not known from the
+    source), and the line of its returned dict; None where it returns no dict literal."""
+    tree = ast.parse(spec_source)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "make_inputs"), None)
+    if fn is None:
+        return None
+    tensors = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _tensor(n.value) for t in n.targets
+               if isinstance(t, ast.Name)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            out: dict[str, bool | None] = {}
+            for key, value in zip(node.value.keys, node.value.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    out[key.value] = True if _tensor(value) or (isinstance(value, ast.Name) and value.id in tensors) \
+                        else False if _scalar(value) else None
+            return out, node.lineno
+    return None
+
+
+def _tensor(node: ast.expr) -> bool:
+    """`torch.randn(...)`, `torch.empty(...).to(...)`, ...: a call whose callee starts at `torch`."""
+    while isinstance(node, ast.Call):
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            if isinstance(func.value, ast.Name) and func.value.id == "torch":
+                return True
+            if isinstance(func.value, ast.Call):
+                break
+            func = func.value
+        node = func.value if isinstance(func, ast.Attribute) else func
+    return False
+
+
+def _scalar(node: ast.expr) -> bool:
+    """A number, `shape[i]`, `len(...)`, `int(...)`, `math.prod(shape)`, or arithmetic on these."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool) or node.value is Ellipsis
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.value, ast.Name) and node.value.id == "shape"
+    if isinstance(node, ast.BinOp):
+        return _scalar(node.left) and _scalar(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _scalar(node.operand)
+    if isinstance(node, ast.Call):
+        name = ast.unparse(node.func)
+        return name in ("int", "float", "len", "math.prod", "max", "min")
+    return False
+
+
+def problems(target: Path, spec: Path, target_shown: str, spec_shown: str) -> list[dict]:
+    """Each mismatch between the spec's inputs and solve's parameters, one problem each, where the
+    spec returns them."""
+    params = cuda_c.solve_signature(target.read_text(), target_shown)
+    try:
+        read = spec_inputs(spec.read_text())
+    except SyntaxError:
+        return []  # the spec's own check names it
+    line = cuda_c.solve_line(target.read_text())
+    if read is None:
+        return [{"what": "make_inputs returns no dict literal: its names could not be matched with solve's "
+                         "parameters here", "where": spec_shown,
+                 "hint": "return {\"name\": value, ...}; the call checks them again on a GPU"}]
+    inputs, at = read
+    known = {k: v for k, v in inputs.items() if v is not None}  # a value of no known kind: its name alone
+    lines = cuda_c.mismatches([p for p in params if inputs.get(p.name, True) is not None], known)
+    names = {p.name for p in params}
+    lines += [f"make_inputs' {n!r} is no parameter of {cuda_c.ENTRY}" for n, v in inputs.items()
+              if v is None and n not in names]
+    return [{"what": m, "where": f"{spec_shown}:{at}", "hint": f"make_inputs gives solve's parameters by name "
+             f"({target_shown}:{line}): a tensor for each pointer, a number for each scalar"} for m in lines]

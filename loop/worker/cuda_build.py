@@ -1,0 +1,253 @@
+"""CUDA C targets on the worker's side: a `.cu` file built by nvcc into a shared library that exports
+`solve`, and that library loaded and called (the language's `compile` and `load` hooks,
+`loop.common.language`).
+
+The build (`build`): `nvcc -shared -Xcompiler -fPIC -O3 -lineinfo -Xptxas -v` with one
+`-gencode arch=compute_XX,code=sm_XX` per architecture: machine code (SASS) for each, never PTX
+alone (a driver older than the toolkit refuses newer PTX). ptxas's report gives registers, spills,
+stack and shared memory per kernel and architecture. A failure is the compiler's first error, at
+its file:line. Builds are cached by the source's hash, the flags, nvcc's version and the
+architectures (one folder per key, written whole or not at all). No GPU is needed, and the built
+library is opened here to prove that it exports `solve` (its CUDA runtime starts only when called).
+
+The load (`load_target`): a module whose `solve(**inputs)` (also `run`) builds or takes from the
+cache the library for the current device's architecture, and calls `solve` through ctypes with
+each tensor's device pointer and each scalar's value, in the signature's order, after checking the
+tensors (on the GPU, contiguous, the parameter's dtype). Unexercised without a GPU: the call itself
+(`_Solve.__call__` past its checks) runs only on a machine with one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loop.common import cuda_c, nvcc
+
+BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-lineinfo", "-Xptxas", "-v")
+LIBRARY = "solve.so"
+_CTYPES = {"int": {"int64_t": ctypes.c_int64, "long": ctypes.c_long, "long long": ctypes.c_longlong,
+                   "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "bool": ctypes.c_bool,
+                   "short": ctypes.c_short, "int16_t": ctypes.c_int16, "char": ctypes.c_char,
+                   "int8_t": ctypes.c_int8, "unsigned int": ctypes.c_uint, "unsigned": ctypes.c_uint,
+                   "uint32_t": ctypes.c_uint32},
+           "float": {"float": ctypes.c_float}, "double": {"double": ctypes.c_double}}
+
+
+class BuildError(Exception):
+    """nvcc refused the source: the message is its first error, at file:line."""
+
+
+@dataclass
+class Build:
+    """A built library: where it is, what built it, and each kernel's resources per architecture."""
+
+    library: Path
+    archs: list[str]
+    toolchain: dict
+    flags: list[str]
+    key: str
+    cached: bool
+    kernels: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"library": str(self.library), "archs": self.archs, "toolchain": self.toolchain,
+                "flags": self.flags, "key": self.key, "cached": self.cached}
+
+
+def gencode(arch: str) -> list[str]:
+    """`-gencode arch=compute_90,code=sm_90` for "sm_90" (an `a` or `f` suffix kept); ValueError otherwise."""
+    m = re.fullmatch(r"sm_(\d+[af]?)", arch.strip())
+    if m is None:
+        raise ValueError(f"architecture must look like sm_90 or sm_100a, got {arch!r}")
+    return ["-gencode", f"arch=compute_{m.group(1)},code=sm_{m.group(1)}"]
+
+
+def flags_for(archs: list[str]) -> list[str]:
+    return [*BASE_FLAGS, *(f for arch in archs for f in gencode(arch))]
+
+
+def default_cache_root() -> Path:
+    """Beside this worker's Triton cache (the run's, each implementation's own in a kernel process),
+    else the temporary folder."""
+    try:
+        from triton import knobs
+
+        return Path(knobs.cache.dir) / "cuda-c"
+    except ImportError:
+        return Path(tempfile.gettempdir()) / "tileloop-cuda-c"
+
+
+def cache_key(source: bytes, flags: list[str], version: str, archs: list[str]) -> str:
+    blob = json.dumps({"flags": flags, "nvcc": version, "archs": archs}, sort_keys=True).encode()
+    return hashlib.sha256(source + b"\0" + blob).hexdigest()[:24]
+
+
+def build(source_path: Path, archs: list[str], cache_root: Path | None = None, shown: str | None = None) -> Build:
+    """The library of `source_path` for `archs`, from the cache or built now; BuildError for a
+    source nvcc refuses, RuntimeError where no nvcc is found."""
+    chain = nvcc.toolchain()
+    if chain is None:
+        raise RuntimeError(nvcc.why_none())
+    missing = [a for a in archs if a.rstrip("af") not in chain.archs]
+    if missing:
+        raise RuntimeError(f"nvcc {chain.release} at {chain.path} emits no machine code for {', '.join(missing)} "
+                           f"(it does for {', '.join(chain.archs)})")
+    source = source_path.read_bytes()
+    flags = flags_for(archs)
+    key = cache_key(source, flags, chain.version, archs)
+    folder = (cache_root or default_cache_root()) / key
+    if (folder / LIBRARY).is_file() and (folder / "build.json").is_file():
+        meta = json.loads((folder / "build.json").read_text())
+        return Build(folder / LIBRARY, archs, chain.to_json(), flags, key, True, meta["kernels"])
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=folder.parent))
+    try:
+        src = work / source_path.name
+        src.write_bytes(source)
+        proc = subprocess.run([chain.path, *flags, "-o", str(work / LIBRARY), str(src)], capture_output=True,
+                              text=True, cwd=work, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise BuildError(first_error(proc.stderr + proc.stdout, src.name, shown or str(source_path)))
+        kernels = resource_usage(proc.stderr + proc.stdout)
+        exported(work / LIBRARY)
+        (work / "build.json").write_text(json.dumps({"kernels": kernels, "flags": flags, "nvcc": chain.to_json()}))
+        try:
+            work.rename(folder)
+        except OSError:  # another worker built the same key first: its build stands
+            pass
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Build(folder / LIBRARY, archs, chain.to_json(), flags, key, False, kernels)
+
+
+def first_error(log: str, built_name: str, shown: str) -> str:
+    """nvcc's first error as `file:line: error: ...` (the target's shown path for the copy it built)."""
+    for line in log.splitlines():
+        m = re.match(r"(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<what>(?:catastrophic )?error.*)", line)
+        if m:
+            file = shown if Path(m.group("file")).name == built_name else m.group("file")
+            return f"{file}:{m.group('line')}: {m.group('what')}"
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return f"{shown}: {line.strip()}"
+    return f"{shown}: nvcc failed: {log.strip().splitlines()[-1] if log.strip() else 'no output'}"
+
+
+def resource_usage(log: str) -> list[dict]:
+    """Per kernel and architecture, from `-Xptxas -v`: registers, spill stores and loads (bytes),
+    stack frame and shared memory (bytes)."""
+    out: list[dict] = []
+    current: dict | None = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(?P<sym>[^']+)' for '(?P<arch>sm_\w+)'", line)
+        if m:
+            current = {"symbol": m.group("sym"), "kernel": demangle(m.group("sym")), "arch": m.group("arch"),
+                       "registers": None, "spills": 0, "spill_loads": 0, "stack": 0, "shared": 0}
+            out.append(current)
+            continue
+        if current is None:
+            continue
+        if (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            current.update(stack=int(m.group(1)), spills=int(m.group(2)), spill_loads=int(m.group(3)))
+        if (m := re.search(r"Used (\d+) registers", line)):
+            current["registers"] = int(m.group(1))
+        if (m := re.search(r"(\d+) bytes smem", line)):
+            current["shared"] = int(m.group(1))
+    return out
+
+
+def demangle(symbol: str) -> str:
+    """The kernel's name without its C++ mangling (`_Z10add_kernelPKfS0_Pfi` -> add_kernel)."""
+    m = re.match(r"_Z(\d+)", symbol)
+    if m is None:
+        return symbol
+    n = int(m.group(1))
+    return symbol[m.end():m.end() + n]
+
+
+def exported(library: Path) -> None:
+    """Open the library (no GPU needed: its runtime starts at the first call) and find `solve` in it."""
+    lib = ctypes.CDLL(str(library))
+    if not hasattr(lib, cuda_c.ENTRY):
+        raise BuildError(f"{library.name} exports no {cuda_c.ENTRY}: declare it extern \"C\"")
+
+
+def cuda_compile(torch, load_target, call_run, cap: int) -> list[dict]:
+    """The compile gate's build of a CUDA C target for one architecture (the language's `compile`):
+    one row per kernel, with its resources and what built it."""
+    module = load_target()
+    module.solve.dry = True
+    call_run(module)  # the spec's inputs against solve's parameters: names, tensor or scalar, dtypes
+    done = module.build([f"sm_{cap}"])
+    rows = []
+    for k in done.kernels:
+        rows.append({"kernel": k["kernel"], "symbol": k["symbol"], "ir": ["sass"],
+                     "resources": [{"registers": k["registers"], "spills": k["spills"], "local": k["stack"],
+                                    "shared": k["shared"]}],
+                     "shared_bytes": k["shared"], "build": done.to_json()})
+    return rows
+
+
+class _Solve:
+    """`solve(**inputs)`: the target's entry point, called with the spec's inputs by name."""
+
+    def __init__(self, path: Path, params: list[cuda_c.Param]):
+        self.path, self.params = path, params
+        self.dry = False  # True: check the arguments and call nothing (no GPU is needed)
+        self._fn = None
+
+    def _function(self, torch):
+        if self._fn is None:
+            major, minor = torch.cuda.get_device_capability()
+            done = build(self.path, [f"sm_{major}{minor}"])
+            fn = getattr(ctypes.CDLL(str(done.library)), cuda_c.ENTRY)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p if p.pointer else _CTYPES[p.kind].get(p.ctype, ctypes.c_int)
+                           for p in self.params]
+            self._fn = fn
+        return self._fn
+
+    def __call__(self, **inputs) -> None:
+        import torch
+
+        wrong = cuda_c.mismatches(self.params, {k: isinstance(v, torch.Tensor) for k, v in inputs.items()})
+        wrong += [f"{p.name}: {p.describe()} is given {inputs[p.name].dtype}" for p in self.params
+                  if p.pointer and isinstance(inputs.get(p.name), torch.Tensor)
+                  and str(inputs[p.name].dtype) != f"torch.{p.dtype}"]
+        if wrong:
+            raise TypeError("; ".join(wrong))
+        if self.dry:  # the compile gate: the spec's inputs checked against the parameters, nothing run
+            return
+        args = []
+        for p in self.params:
+            value = inputs[p.name]
+            if p.pointer:
+                if value.device.type != "cuda" or not value.is_contiguous():
+                    raise TypeError(f"{p.name}: {p.describe()} needs a contiguous tensor on the GPU, got one on "
+                                    f"{value.device}" + ("" if value.is_contiguous() else ", strided"))
+                args.append(value.data_ptr())
+            else:
+                args.append(value.item() if isinstance(value, torch.Tensor) else value)
+        self._function(torch)(*args)  # unexercised without a GPU
+
+
+def load_target(name: str, path: Path) -> types.ModuleType:
+    """A CUDA C target as the worker calls it (the language's `load`): `solve` and `run` (the same
+    entry point), its `SIGNATURE`, and `build(archs)` for the compile gate."""
+    source = path.read_text()
+    params = cuda_c.solve_signature(source, path.name)
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    module.SIGNATURE = params
+    module.solve = module.run = _Solve(path, params)
+    module.build = lambda archs: build(path, archs, shown=path.name)
+    return module
