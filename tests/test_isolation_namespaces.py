@@ -72,6 +72,8 @@ HIDDEN = """
         hidden = hide_triton_caches(root)
         path = own_triton_cache("candidate", b"def run(x): return x")
         Path(path, "compiled").write_text("the candidate's own")
+        import subprocess  # a child of it (a compiler's worker, told TRITON_CACHE_DIR) reaches the folder too
+        subprocess.run([sys.executable, "-c", f"open({path!r} + '/from-a-child', 'w').write('x')"], check=True)
         seen = {"said": said, "hidden": hidden, "path": path, "root": sorted(os.listdir(root)),
                 "implementations": sorted(os.listdir(Path(root, "implementations"))),
                 "incumbent": os.path.exists(Path(root, "implementations", "incumbent-0"))}
@@ -98,6 +100,7 @@ def test_in_a_mount_namespace_of_its_own_the_other_caches_are_out_of_reach(tmp_p
     assert got["hidden"] and got["path"] == str(tmp_path / "implementations" / name), got
     assert got["root"] == ["implementations"] and got["implementations"] == [name] and not got["incumbent"], got
     assert (tmp_path / "implementations" / name / "compiled").read_text() == "the candidate's own"
+    assert (tmp_path / "implementations" / name / "from-a-child").read_text() == "x"
     assert (theirs / "compiled").read_text() == "the incumbent's" and (tmp_path / "a-shared-key").is_dir()
 
 

@@ -272,7 +272,8 @@ def own_triton_cache(label: str, source: bytes) -> str:
         finally:
             os.close(fd)
         os.makedirs(os.path.dirname(path), exist_ok=True)  # in the tmpfs, which only this process sees
-        os.symlink(f"/proc/self/fd/{own}", path)
+        # by its pid, not /proc/self: its children (a compiler's workers, told TRITON_CACHE_DIR) reach it too
+        os.symlink(f"/proc/{os.getpid()}/fd/{own}", path)
     knobs.cache.dir = path
     _HELD["path"] = path
     return path
