@@ -15,6 +15,9 @@ from loop.records import methods
 from loop.records.results import Record, fmt_ms, ref_of
 
 FIXED_COLUMNS = ["iteration", "optimization", "latency_ms", "correctness", "status"]
+# isolation values weaker than full (`loop.judge` reports them per shape; `tileloop doctor` explains them)
+WEAKER = (("ptrace", "open"), ("descendants", "open"), ("stopped", "no"), ("exec", "forked"), ("siblings", "visible"),
+          ("triton_cache", "own"))
 EXTRA_COLUMNS = ["hypothesis", "decision", "speedup_vs_incumbent", "incumbent_ms", "cumulative_speedup", "commit", "ref"]
 HYPOTHESIS_CHARS, DECISION_CHARS = 60, 140
 
@@ -134,10 +137,11 @@ def measurement_lines(records: list[Record], target_backend: str, harness: dict 
              "candidate's doing, correctness not checked); a commit not kept stays under its ref"]
     weaker = sorted({f"{k}: {v}" for r in records if target_backend in r.backends
                      for sh in r.backends[target_backend].shapes for k, v in (sh.get("isolation") or {}).items()
-                     if (k, v) in (("ptrace", "open"), ("descendants", "open"), ("stopped", "no"), ("exec", "forked"))})
+                     if (k, v) in WEAKER})
     if weaker:
         lines.append(f"isolation: weaker than full in some rows ({'; '.join(weaker)}): kernel code could reach the "
-                     "judge's memory, outlive its measurement or run beside the other implementation (`tileloop doctor`)")
+                     "judge's memory, outlive its measurement, run beside or signal the other implementation, or "
+                     "write its compiled kernels (`tileloop doctor`)")
     gaps = methods.unchecked(records)
     if gaps:
         lines.append(f"unchecked: {'; '.join(gaps)} (correctness PASS covers the spec's other dtypes only)")
