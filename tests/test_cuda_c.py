@@ -180,3 +180,25 @@ def test_doctor_names_the_compiler_or_what_installs_one(monkeypatch):
     assert "pip install -e '.[cuda]'" in doctor._nvcc_line(none)
     found = {"nvcc": "/x/nvcc", "release": "13.5", "version": "V13.5.37", "archs": ["sm_90", "sm_100"], "source": "pip"}
     assert doctor._nvcc_line(found).endswith("targets sm_90, sm_100") and "V13.5.37" in doctor._nvcc_line(found)
+
+
+def test_tileloop_spec_and_check_on_a_cu_target(tmp_path, capsys):
+    """`tileloop spec` writes the spec from solve; `tileloop check` (no GPU, no build) names each
+    difference between the spec's inputs and solve's parameters in one line, at the spec's return."""
+    pytest.importorskip("torch")
+    from loop.cli import main
+    from loop.common.settings import load
+    from loop.target.check import check
+
+    target = tmp_path / "add_cuda.cu"
+    target.write_text(ADD)
+    assert main(["spec", str(target)]) == 0 and (tmp_path / "spec.py").is_file()
+    capsys.readouterr()
+    spec = tmp_path / "spec.py"
+    spec.write_text(spec.read_text().replace('"n": math.prod(shape)', '"count": math.prod(shape)'))
+    out = check(target, device="cpu", archs=[], settings=load(), root=tmp_path)
+    assert out["language"] == "cuda" and not out["ok"]
+    mismatched = [p for p in out["problems"] if "solve" in p["what"]]
+    assert [p["what"] for p in mismatched] == ["solve's parameter int n (a scalar) is not among make_inputs' names",
+                                               "make_inputs' 'count' is no parameter of solve"]
+    assert all(p["where"].startswith("spec.py:") for p in mismatched)
