@@ -150,6 +150,7 @@ def test_compile_builds_a_cuda_c_target_for_sm_90_and_sm_100_without_a_gpu(tmp_p
     assert chain.path in text
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("target", FIRST_VERSIONS[1:], ids=lambda p: p.stem)
 def test_the_first_versions_build_for_sm_90_and_sm_100(target, tmp_path):
