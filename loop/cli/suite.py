@@ -22,6 +22,10 @@ def add_suite(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--gpus", type=lambda t: [g.strip() for g in t.split(",") if g.strip()],
                     help="run: device ids, e.g. 0,1,2,3: one target per GPU at a time, each GPU in its own git worktree "
                          "under sandbox/suite-worktrees/ (with CUDA_VISIBLE_DEVICES set)")
+    sp.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                    help="run: each target's run a Ray task, on any node (pip install -e \".[ray]\"): with no ADDRESS (and no "
+                         "RAY_ADDRESS) a local cluster started and stopped for the suite, else the cluster there; the runs' "
+                         "branches and records come back into this repository. Put it after the targets, or write --ray=ADDRESS")
     sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
     sp.add_argument("--resume", action="store_true",
                     help="run: continue a suite that was stopped: a target whose run exists goes on with tileloop resume "
@@ -49,7 +53,7 @@ def cmd_suite(args, settings) -> int:
         extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
         log = (lambda m: print(m, file=sys.stderr)) if args.json else print
         entries = runner.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus,
-                                   resume=args.resume, restart=args.restart)
+                                   resume=args.resume, restart=args.restart, engine=_engine(args))
         emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
     paths = [Path(p) for p in args.paths]
@@ -72,6 +76,19 @@ def cmd_suite(args, settings) -> int:
         raise UserError("--command goes with --unattended-json (it is shown on that page)")
     emit(args, {"entries": len(entries), "out": args.out, "markdown": text}, text)
     return 0
+
+
+def _engine(args) -> runner.Engine | None:
+    """`--ray [ADDRESS]`: the Ray engine (Ray imported only now); else the local one (None)."""
+    if args.ray is None:
+        return None
+    if args.gpus is not None:
+        raise UserError("--ray and --gpus do not go together: Ray gives each run a GPU of the cluster")
+    if args.ray and Path(args.ray).is_file():
+        raise UserError(f"--ray took {args.ray} as the cluster's address", hint="put --ray after the targets, or write --ray=ADDRESS")
+    from loop.suite.ray_engine import RayEngine
+
+    return RayEngine(args.ray)
 
 
 PARSERS = {"suite": add_suite}

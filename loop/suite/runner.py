@@ -34,6 +34,7 @@ from loop.common.files import atomic_write_text
 from loop.common.language import language_of_name
 from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
+from loop.suite.engines import Engine, SuiteCall
 from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets
 from loop.suite.worktrees import (
     WORKTREES,
@@ -49,12 +50,12 @@ from loop.suite.worktrees import (
 )
 
 
-def _env() -> dict:
+def child_env() -> dict:
     """The environment of the child tileloop processes: this tileloop importable, as for workers."""
     return with_package_path(dict(os.environ))
 
 
-class _Children:
+class Children:
     """Run subprocesses (each in its own process group) and kill them all if the suite is killed:
     a `timeout` around the suite must not leave a tuning run behind on a GPU."""
 
@@ -82,7 +83,7 @@ class _Children:
 
 
 def _run_child(cmd: list[str], run_root: Path, run_id: str, out_dir: Path, per_run_s: float | None, env: dict,
-               children: _Children, log, target: str, append: bool) -> tuple[int, bool]:
+               children: Children, log, target: str, append: bool) -> tuple[int, bool]:
     """One `tileloop run|resume` child, its stderr in <run_id>.log; (exit code, cut off). A child
     past `per_run_s` is killed and its record repaired (`resume --no-continue`)."""
     with open(out_dir / f"{run_id}.log", "a" if append else "w") as err:
@@ -101,8 +102,8 @@ def _run_child(cmd: list[str], run_root: Path, run_id: str, out_dir: Path, per_r
     return proc.returncode, False
 
 
-def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
-             env: dict, children: _Children, log, resume: bool = False) -> dict:
+def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
+             env: dict, children: Children, log, resume: bool = False) -> dict:
     """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the
     report. With `resume`, a run of the target already in `run_root` is continued (`tileloop
     resume`, on its branch) or, if it had finished, only reported: its entry in `out_dir` stands
@@ -172,12 +173,13 @@ def _run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: 
 
 
 def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print,
-              gpus: list[str] | None = None, resume: bool = False, restart: list[str] | None = None) -> list[dict]:
-    """Each target tuned on its own branch from the current commit. With `gpus` (device ids), one
-    target per GPU at a time, each GPU in its own git worktree (sandbox/suite-worktrees/gpu<id>) with
-    CUDA_VISIBLE_DEVICES set; the runs' records stay in those worktrees' sandbox/. With `resume`,
-    targets whose runs exist are continued where they are (see the module docstring); those in
-    `restart` are forgotten first and start anew."""
+              gpus: list[str] | None = None, resume: bool = False, restart: list[str] | None = None,
+              engine: Engine | None = None) -> list[dict]:
+    """Each target tuned on its own branch from the current commit, by `engine` (default: this
+    host, `LocalEngine(gpus)`). With `gpus` (device ids), one target per GPU at a time, each GPU in
+    its own git worktree (sandbox/suite-worktrees/gpu<id>) with CUDA_VISIBLE_DEVICES set; the runs'
+    records stay in those worktrees' sandbox/. With `resume`, targets whose runs exist are continued
+    where they are (see the module docstring); those in `restart` are forgotten first and start anew."""
     root = root.resolve()
     if per_run_s is not None and per_run_s <= 0:
         raise UserError(f"--per-run must be positive, got {per_run_s:g} s")
@@ -188,6 +190,7 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
         raise UserError("a target is named twice (runs are named after the target file)")
     if gpus is not None and (not gpus or len(set(gpus)) != len(gpus)):
         raise UserError(f"--gpus needs distinct device ids, got {','.join(gpus)}")
+    engine = engine or LocalEngine(gpus)
     out_dir = out_dir if out_dir.is_absolute() else root / out_dir
     start_branch = git_output(root, "rev-parse", "--abbrev-ref", "HEAD")
     killed_here = None  # with --resume, one target: a killed one-GPU suite leaves the repository on its run's branch
@@ -215,29 +218,47 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
             log(f"[suite] {target}: restart: " + ("forgot " + ", ".join(gone) if gone else "no earlier run"))
     out_dir.mkdir(parents=True, exist_ok=True)
     record_targets(out_dir, targets)  # so that a summary of a suite cut short names the targets without an entry
-    start_sha = git_output(root, "rev-parse", start_branch)
-    children = _Children()
+    call = SuiteCall(root=root, start_branch=start_branch, start_sha=git_output(root, "rev-parse", start_branch),
+                     targets=tuple(targets), out_dir=out_dir, per_run_s=per_run_s, extra=tuple(extra), resume=resume,
+                     killed_here=killed_here, log=log)
+    children = Children()
     previous = signal.signal(signal.SIGTERM, children.kill_all)
     try:
-        if gpus is None:
-            done = {}
-            for target in ([killed_here] if killed_here else []) + [t for t in targets if t != killed_here]:
-                if target != killed_here:
-                    git_output(root, "checkout", "-q", start_branch)
-                # with --resume, a run an earlier --gpus suite left in a worktree goes on in that worktree
-                tree = (holder_of(root, target) if resume else None) or root
-                done[target] = _run_one(root, tree, target, out_dir, per_run_s, extra, _env(), children, log, resume)
-                if tree != root:
-                    git_output(tree, "checkout", "-q", "--detach", start_sha)  # leave the run's branch free
-            git_output(root, "checkout", "-q", start_branch)
-            return [done[t] for t in targets]
-        return _run_parallel(root, start_sha, targets, out_dir, per_run_s, extra, gpus, children, log, resume)
+        return engine.run(call, children)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
+class LocalEngine:
+    """This host: without `gpus`, one target after another in the repository itself; with `gpus`,
+    one target per GPU at a time, each GPU in its own git worktree."""
+
+    name = "local"
+
+    def __init__(self, gpus: list[str] | None = None):
+        self.gpus = gpus
+
+    def run(self, call: SuiteCall, children: Children) -> list[dict]:
+        root, extra, killed_here = call.root, list(call.extra), call.killed_here
+        if self.gpus is not None:
+            return _run_parallel(root, call.start_sha, list(call.targets), call.out_dir, call.per_run_s, extra, self.gpus,
+                                 children, call.log, call.resume)
+        done = {}
+        for target in ([killed_here] if killed_here else []) + [t for t in call.targets if t != killed_here]:
+            if target != killed_here:
+                git_output(root, "checkout", "-q", call.start_branch)
+            # with --resume, a run an earlier --gpus suite left in a worktree goes on in that worktree
+            tree = (holder_of(root, target) if call.resume else None) or root
+            done[target] = run_one(root, tree, target, call.out_dir, call.per_run_s, extra, child_env(), children, call.log,
+                                   call.resume)
+            if tree != root:
+                git_output(tree, "checkout", "-q", "--detach", call.start_sha)  # leave the run's branch free
+        git_output(root, "checkout", "-q", call.start_branch)
+        return [done[t] for t in call.targets]
+
+
 def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path, per_run_s: float | None,
-                  extra: list[str], gpus: list[str], children: _Children, log, resume: bool = False) -> list[dict]:
+                  extra: list[str], gpus: list[str], children: Children, log, resume: bool = False) -> list[dict]:
     from loop.records import gitops
 
     gitops.ensure_excluded(root, "/sandbox/")
@@ -259,13 +280,13 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
     given = set(trees.values())
     orphans = [t for t in run_trees(root)[1:] if t not in given]
     served = {**{tree: gpu for gpu, tree in trees.items()}, **{t: gpus[i % len(gpus)] for i, t in enumerate(orphans)}}
-    # (a run in the repository itself, from a suite without --gpus, is left to _run_one to refuse)
+    # (a run in the repository itself, from a suite without --gpus, is left to run_one to refuse)
     holder = {t: tree for t in targets if resume and (tree := holder_of(root, t)) not in (None, root)}
     lock = threading.Lock()
     results: dict[str, dict] = {}
 
     def worker(gpu: str) -> None:
-        env = {**_env(), "CUDA_VISIBLE_DEVICES": gpu}
+        env = {**child_env(), "CUDA_VISIBLE_DEVICES": gpu}
         while True:
             with lock:
                 mine = [t for t in queue if (served[holder[t]] if t in holder else gpu) == gpu]
@@ -280,7 +301,7 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
             if target not in holder:
                 git_output(tree, "checkout", "-q", "--detach", start_sha)
             try:
-                entry = _run_one(root, tree, target, out_dir, per_run_s, extra, env, children,
+                entry = run_one(root, tree, target, out_dir, per_run_s, extra, env, children,
                                  lambda m, g=gpu: log(f"[gpu {g}] {m}"), resume)
             except Exception as exc:  # one target's failure must not stop the other GPUs
                 entry = {"schema": ENTRY_SCHEMA, "run": run_id_of(target), "target": target,

@@ -1,0 +1,112 @@
+"""`tileloop suite run --ray` on a local Ray cluster (CPU, Triton interpreter): each run a Ray task in
+a clone of its own made from a bundle; its branch, refs and records come back into the repository
+as a local run leaves them; a run killed part-way goes on with `--resume` from its last finished
+iteration, in a new task, from the records that came back. Node death is not simulated here."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from loop.cli import main
+from loop.records.results import Record
+
+pytestmark = [pytest.mark.slow]
+pytest.importorskip("ray")
+
+TARGETS = ["kernels/vector_add/vector_add_triton.py", "kernels/row_sum/row_sum_triton.py"]
+
+
+def _records(path) -> list[Record]:
+    return [Record.from_json(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_env, capsys):
+    from tests.conftest import git
+    from tests.test_suite_cmd import two_op_repo
+
+    two_op_repo(tmp_path, clean_env)
+    start = git(tmp_path, "rev-parse", "HEAD").strip()
+    args = ["suite", "run", *TARGETS, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90", "--ray"]
+    # every run's tileloop kills itself (SIGKILL) on measuring its first experiment: the task ends with
+    # the baseline recorded and that experiment in flight, and returns what it has
+    clean_env.setenv("TILELOOP_TEST_KILL_AT", "measure")
+    assert main([*args, "--json"]) == 0
+    out = capsys.readouterr()
+    first = {e["run"]: e for e in json.loads(out.out)["entries"]}
+    assert sorted(first) == ["suite-row-sum-triton", "suite-vector-add-triton"], out.err[-3000:]
+    assert "[ray] started a local cluster" in out.err
+    for run, e in first.items():
+        assert "error" not in e and e["node"] == socket.gethostname() and e["iterations"] == 0, (e, out.err[-3000:])
+        run_dir = tmp_path / "sandbox" / run  # where a suite without --gpus keeps a run's records
+        state = json.loads((run_dir / "state.json").read_text())
+        assert state["last_iteration"] == 0 and state["inflight"]["iteration"] == 1
+        assert [r.iteration for r in _records(run_dir / "results.jsonl")] == [0]
+        # the branch came back: from the suite's commit through the baseline to the experiment in flight
+        tip = git(tmp_path, "rev-parse", f"tileloop/{run}").strip()
+        assert git(tmp_path, "rev-parse", f"{tip}~1").strip() == state["best_commit"]
+        assert "Tileloop-Iteration: 1" in git(tmp_path, "log", "-1", "--format=%B", tip)
+        assert git(tmp_path, "merge-base", "--is-ancestor", start, tip) == ""
+        assert (tmp_path / "sandbox" / "suite" / f"{run}.json").is_file()
+        assert (tmp_path / "sandbox" / "suite" / f"{run}-report.md").is_file()
+    assert (tmp_path / "sandbox" / "suite" / "ray-logs").is_dir()
+    assert git(tmp_path, "rev-parse", "HEAD").strip() == start and git(tmp_path, "status", "--porcelain") == ""
+
+    # without --resume, runs that exist are not started again over their branches
+    assert main(args) == 2
+    assert "exists here already" in capsys.readouterr().err
+
+    clean_env.delenv("TILELOOP_TEST_KILL_AT")
+    tips = {run: git(tmp_path, "rev-parse", f"tileloop/{run}").strip() for run in first}
+    created = {run: (json.loads((tmp_path / "sandbox" / run / "state.json").read_text())["created"],
+                     _records(tmp_path / "sandbox" / run / "results.jsonl")[0].commit) for run in first}
+    assert main([*args, "--resume", "--json"]) == 0
+    out = capsys.readouterr()
+    entries = json.loads(out.out)["entries"]
+    assert [e["target"] for e in entries] == TARGETS and "sent with its records (tileloop resume)" in out.err
+    for e in entries:
+        assert "error" not in e and e["resumed"] is True and e["node"] == socket.gethostname(), (e, out.err[-3000:])
+        run_dir = tmp_path / "sandbox" / e["run"]
+        recs = _records(run_dir / "results.jsonl")
+        # resumed, not started anew: the baseline as it came back, the killed experiment recorded once
+        # (as interrupted: it counts against --max-iters 1), and the run stopped
+        assert [r.iteration for r in recs] == [0, 1] and recs[1].optimization.endswith("(interrupted)")
+        assert recs[0].latency_ms == first[e["run"]]["baseline_ms"] and recs[0].commit == created[e["run"]][1]
+        state = json.loads((run_dir / "state.json").read_text())
+        assert state["created"] == created[e["run"]][0]
+        assert state["inflight"] is None and state["stopped"]["state"] == "stop" and e["iterations"] == 1
+        branch = f"tileloop/{e['run']}"
+        assert git(tmp_path, "rev-parse", branch).strip() == state["best_commit"]
+        # the experiment in flight at the kill lives on under refs/tileloop/ (its message amended by the repair)
+        assert git(tmp_path, "rev-parse", f"{recs[1].commit}~1").strip() == git(tmp_path, "rev-parse", f"{tips[e['run']]}~1").strip()
+        assert git(tmp_path, "rev-parse", f"refs/tileloop/{e['run']}/1").strip() == recs[1].commit
+        best = next(r for r in reversed(recs) if r.status == "keep")
+        assert (tmp_path / "sandbox" / "suite" / f"{e['run']}-best.py").read_text() == \
+            git(tmp_path, "show", f"{best.commit}:{e['target']}")
+        # history from git alone, in this repository, agrees with the records that came back
+        assert main(["history", "--run", e["run"], "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        assert [row["status"] for row in rows] == [r.status for r in recs]
+        for r in recs:  # every experiment's commit is here: kept on the branch, the others under refs/tileloop/
+            assert git(tmp_path, "cat-file", "-t", r.commit).strip() == "commit"
+    assert git(tmp_path, "status", "--porcelain") == ""
+    assert main(["suite", "summarize", "sandbox/suite", "--out", "suite.md"]) == 0
+    text = (tmp_path / "suite.md").read_text()
+    assert "| vector_add" in text and "| row_sum" in text
+
+
+def test_ray_missing_or_misused_is_one_line(kernel_repo, monkeypatch, capsys):
+    import sys
+
+    target = "kernels/vector_add/vector_add_triton.py"
+    assert main(["suite", "run", target, "--device", "cpu", "--ray", "--gpus", "0"]) == 2
+    assert "--ray and --gpus do not go together" in capsys.readouterr().err
+    assert main(["suite", "run", target, "--device", "cpu", "--ray", target]) == 2
+    assert "put --ray after the targets" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert main(["suite", "run", target, "--device", "cpu", "--ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'pip install -e ".[ray]"' in err
+    assert not (kernel_repo / "sandbox" / "suite").exists()  # refused before anything was written
