@@ -562,8 +562,8 @@ def test_worker_failure_is_its_status(tmp_path):
 
 def test_doctor_report_availability_no_gpu():
     rep = doctor.report(NO_GPU)
-    assert set(rep["backends"]) == {"ptx", "tileir", "cutile", "interpreter", "nvcc"}
-    for name in ("ptx", "tileir", "cutile", "nvcc"):
+    assert set(rep["backends"]) == {"ptx", "tileir", "cutile", "interpreter", "nvcc", "tilelang"}
+    for name in ("ptx", "tileir", "cutile", "nvcc", "tilelang"):
         assert rep["backends"][name] == {"available": False, "reason": "torch is a CPU-only build"}
     assert rep["backends"]["interpreter"]["available"] is True
 

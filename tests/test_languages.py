@@ -56,7 +56,7 @@ def test_a_file_is_of_the_language_it_imports(source, expected):
 
 def test_an_unknown_language_is_a_user_error():
     with pytest.raises(UserError, match="valid: triton, cutile"):
-        get_language("tilelang")
+        get_language("fortran")
 
 
 def test_the_backends_of_a_language_are_its_entrys():

@@ -7,6 +7,7 @@
 | `cutile`      | cutile   | cuda   | cuda.tile + tileiras (`cutile.py`)                          |
 | `interpreter` | triton   | cpu    | TRITON_INTERPRET=1, interpreter timings (`interpreter.py`)  |
 | `nvcc`        | cuda     | cuda   | CUDA C built by nvcc, called through ctypes (`nvcc.py`)     |
+| `tilelang`    | tilelang | cuda   | TileLang's JIT (its TVM, then nvcc) (`tilelang.py`)         |
 
 Availability is decided from a worker probe (`python -m loop.worker --probe`), never by importing
 kernel code here. Each worker proves that its backend really ran (`loop.worker.proof`); a fallback
@@ -24,13 +25,14 @@ from loop.backends.interpreter import INTERPRETER
 from loop.backends.nvcc import NVCC
 from loop.backends.ptx import PTX
 from loop.backends.tileir import TILEIR
+from loop.backends.tilelang import TILELANG
 from loop.common.errors import UserError
 from loop.common.language import get_language, runs_on
 
 __all__ = ["Availability", "Backend", "BACKENDS", "applicable", "availability", "choose", "default_target",
            "for_language", "get", "gpu_backends", "tileiras_environment"]
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER, NVCC)}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (PTX, TILEIR, CUTILE, INTERPRETER, NVCC, TILELANG)}
 
 
 def get(name: str) -> Backend:

@@ -10,6 +10,13 @@ fragment), `triton` and `ct` read as triton and cuda.tile. A *launch* is a Trito
 of a subscript `kernel[grid](...)`, or a cuTile launch `ct.launch(stream, grid, kernel, args)`
 (`cuda.tile.launch` read through the imports, its arguments by position: `CUTILE_LAUNCH_ARGS`).
 
+A TileLang kernel is a function `@tilelang.jit` decorates (also under `@tilelang.autotune`): in the
+lazy form it returns a `@T.prim_func` (`tilelang.language.prim_func`, device code, as a `T.macro`
+is) and its call compiles, in the eager form (no `T.prim_func` inside) its call compiles and runs.
+A TileLang launch (`tilelang_launches`) is a call that runs the compiled kernel: `kernel(...)(args)`,
+a name bound to `kernel(...)` in the same function called (`k = kernel(M, N); k(a, b)`), or an
+eager kernel called.
+
 The spec's entry point is what the worker calls (`loop.common.spec`): the spec's `entry` when it
 binds one at module level (an adapter `entry(target, **inputs)`, or any name bound to `entry`),
 else the target's function its last `ENTRY` names (default `run`).
@@ -29,6 +36,8 @@ CUTILE_KERNEL, CUTILE_FUNCTION = "cuda.tile.kernel", "cuda.tile.function"
 CUTILE_LAUNCH = "cuda.tile.launch"
 CUTILE_LAUNCH_ARGS = ("stream", "grid", "kernel", "args")  # ct.launch's arguments, by position
 CONVENTIONAL = {"ct": "cuda.tile"}  # what a name no import binds reads as
+TILELANG_KERNELS = ("tilelang.jit", "tilelang.jit.jit")  # the decorator of a TileLang kernel
+TILELANG_DEVICE = ("tilelang.language.prim_func", "tilelang.language.macro")  # TileLang device code in a kernel
 
 
 def imported_names(tree: ast.Module) -> dict[str, str]:
@@ -75,8 +84,9 @@ def triton_decorator(name: str) -> str:
 
 
 def is_kernel_decorator(name: str) -> bool:
-    """`triton.jit`, `triton.autotune`, `triton.heuristics` (of any triton module) or `cuda.tile.kernel`."""
-    return bool(triton_decorator(name)) or name == CUTILE_KERNEL
+    """`triton.jit`, `triton.autotune`, `triton.heuristics` (of any triton module), `cuda.tile.kernel`
+    or `tilelang.jit`."""
+    return bool(triton_decorator(name)) or name == CUTILE_KERNEL or name in TILELANG_KERNELS
 
 
 def is_kernel(fn: ast.AST, imports: dict[str, str]) -> bool:
@@ -85,8 +95,9 @@ def is_kernel(fn: ast.AST, imports: dict[str, str]) -> bool:
 
 
 def is_device_decorator(name: str) -> bool:
-    """A kernel decorator, or `cuda.tile.function` (a cuTile helper that runs on the device)."""
-    return is_kernel_decorator(name) or name == CUTILE_FUNCTION
+    """A kernel decorator, `cuda.tile.function` (a cuTile helper that runs on the device), or TileLang's
+    `T.prim_func` / `T.macro`."""
+    return is_kernel_decorator(name) or name == CUTILE_FUNCTION or name in TILELANG_DEVICE
 
 
 def is_device(fn: ast.AST, imports: dict[str, str]) -> bool:
@@ -141,6 +152,51 @@ def launched(call: ast.Call, imports: dict[str, str] | None = None) -> str:
     if imports is not None and is_cutile_launch(call, imports):
         return _name_of(launch_argument(call, "kernel"))
     return ""
+
+
+def tilelang_kernels(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The module-level TileLang kernels (`@tilelang.jit`, read through the imports) by name."""
+    imports = imported_names(tree)
+    return {n.name: n for n in tree.body if isinstance(n, FUNCTION)
+            and any(decorator_name(d, imports) in TILELANG_KERNELS for d in n.decorator_list)}
+
+
+def is_eager(kernel: ast.AST, imports: dict[str, str]) -> bool:
+    """A TileLang kernel of the eager form: it defines no `T.prim_func` (its call compiles and runs)."""
+    return not any(isinstance(n, FUNCTION) and n is not kernel and any(
+        decorator_name(d, imports) == TILELANG_DEVICE[0] for d in n.decorator_list) for n in ast.walk(kernel))
+
+
+def tilelang_launches(tree: ast.Module) -> list[tuple[ast.Call, str]]:
+    """(call, kernel) for every TileLang launch of the module (see the module's doc): `kernel(...)(args)`,
+    a name bound to `kernel(...)` in the same function and called, an eager kernel called. A name
+    bound to a compiled kernel is read within its function only (module level is one scope)."""
+    imports = imported_names(tree)
+    kernels = tilelang_kernels(tree)
+    eager = {name for name, fn in kernels.items() if is_eager(fn, imports)}
+    out: list[tuple[ast.Call, str]] = []
+    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, FUNCTION) and n.name not in kernels)]
+    for scope in scopes:
+        body = [n for stmt in scope.body if not isinstance(stmt, (*FUNCTION, ast.ClassDef))
+                for n in _walk_scope(stmt)]
+        bound = {t.id: n.value.func.id for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                 and isinstance(n.value.func, ast.Name) and n.value.func.id in kernels
+                 for t in n.targets if isinstance(t, ast.Name)}
+        for call in (n for n in body if isinstance(n, ast.Call)):
+            inner = call.func
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in kernels:
+                out.append((call, inner.func.id))
+            elif isinstance(inner, ast.Name) and (inner.id in bound or inner.id in eager):
+                out.append((call, bound.get(inner.id, inner.id)))
+    return out
+
+
+def _walk_scope(node: ast.AST):
+    """The nodes of one scope: `ast.walk` that does not enter nested functions, classes or lambdas."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, (*FUNCTION, ast.ClassDef, ast.Lambda)):
+            yield from _walk_scope(child)
 
 
 def called(fn: ast.AST, names: set[str]) -> set[str]:

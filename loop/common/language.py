@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 from loop.common import cuda_c
 from loop.common.errors import UserError
 
-Language = Literal["triton", "cutile", "cuda"]  # the names of LANGUAGES, for type checkers
+Language = Literal["triton", "cutile", "cuda", "tilelang"]  # the names of LANGUAGES, for type checkers
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,13 @@ CUDA = LanguageEntry(
     unsupported={"cpu": "CUDA C has no CPU interpreter"}, suffix=cuda_c.SUFFIX,
     recognise="loop.common.cuda_c:has_solve")
 
-LANGUAGES: dict[str, LanguageEntry] = {entry.name: entry for entry in (TRITON, CUTILE, CUDA)}
+TILELANG = LanguageEntry(
+    "tilelang", "TileLang", ("tilelang",), 3, "loop.worker.tilelang_build:tilelang_compile", "tilelang",
+    "loop.common.spec:load_module", "tilelang.jit.kernel:JITKernel.__call__", "playbook.tilelang",
+    backends={"cuda": ("tilelang",)}, preferred={"cuda": ("tilelang",)},
+    unsupported={"cpu": "TileLang has no CPU interpreter"})
+
+LANGUAGES: dict[str, LanguageEntry] = {entry.name: entry for entry in (TRITON, CUTILE, CUDA, TILELANG)}
 
 
 def get_language(name: str) -> LanguageEntry:
