@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loop import backends as backend_registry
-from loop.common import nvcc
+from loop.common import nvcc, tilelang_install
 from loop.common.settings import Settings
 from loop.measure.launch import run_worker, with_package_path
 from loop.common.files import scratch
@@ -141,6 +141,7 @@ def render(rep: dict) -> str:
         f"tileiras:       {p.get('tileiras') or 'not found'}" + (f" ({p['tileiras_version']})" if p.get("tileiras_version") else ""),
         f"tileiras archs: {', '.join(p.get('tileiras_archs') or []) or 'n/a'}",
         _nvcc_line(rep.get("cuda_c") or {}),
+        tilelang_install.line(),
         f"ncu:            {p.get('ncu') or 'not found'}" + (f" ({p['ncu_version']})" if p.get("ncu_version") else ""),
         f"numpy:          {p.get('numpy_version') or 'n/a'}",
         f"tile env:       {p.get('tile_env') or '{}'}",

@@ -1,0 +1,188 @@
+"""TileLang targets on the worker's side: each kernel the entry point compiles, built ahead of time for
+an explicit CUDA target without a GPU (the language's `compile` hook, `loop.common.language`).
+
+TileLang compiles when a `@tilelang.jit` kernel is called (`JITImpl.compile`: the lazy form's
+`kernel(M, N, ...)`, the eager form's `kernel(tensors)`). Here that compile is made for the target
+the run's architecture maps to (`arch_target`: `sm_90a` for sm_90, whose WGMMA and register
+reconfiguration need the arch-specific target; `sm_100a` for sm_100): TileLang's own target
+detection (`target="auto"`) needs a GPU and is never asked. The kernel the entry point then calls is
+a stand-in (`_Compiled`) that runs nothing and hands back empty outputs of the shapes and dtypes the
+kernel declares, so an entry point that launches several kernels reaches them all.
+
+TileLang's kernel caches are off for the time of the builds (nothing of another run or shape is
+reused: its autotuner once reused one shape's result for another), so every kernel is built here;
+the machine code nvcc makes for it (`tilelang.contrib.nvcc.compile_cuda`, watched) is read with
+cuobjdump (registers, stack, static shared and local memory per function), and the dynamic shared
+memory and threads per block from the lowered device module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from typing import Any
+
+from loop.worker.aot import fake_cuda, resource_usage
+
+def arch_target(cap: int) -> str:
+    """The TileLang target architecture for a run's `sm_<cap>`: arch-specific (`sm_90a`, `sm_100a`)
+    from Hopper on, where TileLang's kernels need it; plain below."""
+    if cap <= 0:
+        raise ValueError(f"architecture must be a positive compute capability, got {cap}")
+    return f"sm_{cap}a" if cap >= 90 else f"sm_{cap}"
+
+
+def target_of(cap: int) -> dict[str, str]:
+    """The explicit target TileLang compiles for: a CUDA kind and its architecture."""
+    return {"kind": "cuda", "arch": arch_target(cap)}
+
+
+@contextlib.contextmanager
+def uncached():
+    """TileLang's kernel caches (in memory and on disk) off for the time of the builds."""
+    import tilelang
+
+    was = tilelang.is_cache_enabled()
+    tilelang.disable_cache()
+    try:
+        yield
+    finally:
+        if was:
+            tilelang.enable_cache()
+
+
+@contextlib.contextmanager
+def machine_code(made: list[bytes]):
+    """Every cubin (or fatbin) nvcc makes for TileLang meanwhile, appended to `made`."""
+    from tilelang.contrib import nvcc
+
+    real = nvcc.compile_cuda
+
+    def compile_cuda(code, target_format="ptx", *args, **kwargs):
+        binary = real(code, target_format, *args, **kwargs)
+        if target_format in ("cubin", "fatbin"):
+            made.append(bytes(binary))
+        return binary
+
+    nvcc.compile_cuda = compile_cuda
+    try:
+        yield
+    finally:
+        nvcc.compile_cuda = real
+
+
+def launch_facts(kernel) -> list[dict]:
+    """Per device function of a compiled kernel: its symbol, threads per block and dynamic shared memory
+    (bytes), read from the lowered device module; [] when it is not there (a kernel loaded from a cache)."""
+    artifact = getattr(kernel, "artifact", None)
+    if artifact is None or artifact.device_mod is None:
+        return []
+    out = []
+    for gv, fn in artifact.device_mod.functions.items():
+        attrs = dict(fn.attrs) if fn.attrs is not None else {}
+        extent = dict(attrs.get("thread_extent") or {})
+        threads = 1
+        for axis in ("threadIdx.x", "threadIdx.y", "threadIdx.z"):
+            threads *= int(extent.get(axis, 1))
+        out.append({"symbol": str(attrs.get("global_symbol", gv.name_hint)), "threads": threads,
+                    "dynamic_shared": int(attrs.get("dyn_shared_memory_buf", 0))})
+    return out
+
+
+class _Compiled:
+    """A compiled TileLang kernel as the entry point meets it ahead of time: called, it runs nothing and
+    returns empty outputs (the parameters `out_idx` names), their symbolic sizes read from the inputs."""
+
+    def __init__(self, kernel, torch):
+        self.kernel, self._torch = kernel, torch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kernel, name)
+
+    def __call__(self, *args, **kwargs):
+        params = list(self.kernel.params)
+        outs = list(self.kernel.out_idx or [])
+        inputs = [p for i, p in enumerate(params) if i not in outs]
+        sizes: dict[str, int] = {}
+        for param, arg in zip(inputs, args):
+            for dim, n in zip(param.shape, getattr(arg, "shape", ())):
+                if not isinstance(dim, int):
+                    sizes[str(dim)] = int(n)
+        made = [self._torch.empty([_size(d, sizes) for d in params[i].shape], dtype=params[i].torch_dtype())
+                for i in outs]
+        return None if not made else made[0] if len(made) == 1 else made
+
+
+def _size(dim, sizes: dict[str, int]) -> int:
+    if isinstance(dim, int):
+        return dim
+    try:
+        return int(dim)
+    except TypeError:
+        pass
+    if str(dim) not in sizes:
+        raise ValueError(f"the output's size {dim} is not a size of any input: cannot make it ahead of time")
+    return sizes[str(dim)]
+
+
+def tilelang_compile(torch, load_target, call_run, cap: int) -> list[dict]:
+    """The compile gate's build of a TileLang target for one architecture (the language's `compile`):
+    one row per kernel the entry point compiled, with its target, resources and launch facts."""
+    from tilelang.jit import JITImpl
+
+    target = target_of(cap)
+    real = JITImpl.compile
+    built: list[tuple[str, Any, list[bytes]]] = []
+
+    def compile_for_target(self, *args, **kwargs):
+        saved, made = self.target, []
+        self.target = target  # the frontend (T.gemm's choice of instructions) and the build both see it
+        try:
+            with machine_code(made):
+                kernel = real(self, *args, **kwargs)
+        finally:
+            self.target = saved
+        built.append((_name(self), kernel, made))
+        return _Compiled(kernel, torch)
+
+    with uncached(), _patched_compile(JITImpl, compile_for_target), fake_cuda(torch, cap):
+        module = load_target()
+        call_run(module)
+    return rows(built, target["arch"])
+
+
+def _name(impl) -> str:
+    """The name of the function `@tilelang.jit` decorates."""
+    fn = getattr(impl.func, "orig_func", None)
+    return getattr(fn, "__name__", "kernel")
+
+
+@contextlib.contextmanager
+def _patched_compile(cls, replacement):
+    real = cls.compile
+    cls.compile = replacement
+    try:
+        yield
+    finally:
+        cls.compile = real
+
+
+def rows(built: list[tuple[str, Any, list[bytes]]], arch: str) -> list[dict]:
+    """The compile gate's rows: one per kernel compiled (the same machine code once), its resources per
+    device function from its cubin."""
+    out, seen = [], set()
+    for name, kernel, binaries in built:
+        digest = hashlib.sha256(b"".join(binaries)).hexdigest()[:16]
+        if (name, digest) in seen:
+            continue
+        seen.add((name, digest))
+        facts = launch_facts(kernel)
+        resources = [r for blob in binaries for r in resource_usage(blob)]
+        dynamic = sum(f["dynamic_shared"] for f in facts)
+        static = sum(r.get("shared", 0) for r in resources)
+        threads = max((f["threads"] for f in facts), default=None)
+        out.append({"kernel": name, "symbol": ", ".join(f["symbol"] for f in facts) or None, "target": arch,
+                    "ir": ["cuda", "cubin"], "threads": threads, "num_warps": threads // 32 if threads else None,
+                    "dynamic_shared_bytes": dynamic, "shared_bytes": static + dynamic,
+                    "cubin_bytes": sum(len(b) for b in binaries), "resources": resources})
+    return out
