@@ -44,6 +44,8 @@ def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_
         state = json.loads((run_dir / "state.json").read_text())
         assert state["last_iteration"] == 0 and state["inflight"]["iteration"] == 1
         assert [r.iteration for r in _records(run_dir / "results.jsonl")] == [0]
+        # the run's snapshot of the git files (put back before each step) is this repository's, not the clone's
+        assert (run_dir / "git-state" / ".git" / "config").read_bytes() == (tmp_path / ".git" / "config").read_bytes()
         # the branch came back: from the suite's commit through the baseline to the experiment in flight
         tip = git(tmp_path, "rev-parse", f"tileloop/{run}").strip()
         assert git(tmp_path, "rev-parse", f"{tip}~1").strip() == state["best_commit"]
@@ -52,6 +54,7 @@ def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_
         assert (tmp_path / "sandbox" / "suite" / f"{run}.json").is_file()
         assert (tmp_path / "sandbox" / "suite" / f"{run}-report.md").is_file()
     assert (tmp_path / "sandbox" / "suite" / "ray-logs").is_dir()
+    assert out.err.count(f"came back from {socket.gethostname()}: bundle") == 2
     assert git(tmp_path, "rev-parse", "HEAD").strip() == start and git(tmp_path, "status", "--porcelain") == ""
 
     # without --resume, runs that exist are not started again over their branches
@@ -65,7 +68,7 @@ def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_
     assert main([*args, "--resume", "--json"]) == 0
     out = capsys.readouterr()
     entries = json.loads(out.out)["entries"]
-    assert [e["target"] for e in entries] == TARGETS and "sent with its records (tileloop resume)" in out.err
+    assert [e["target"] for e in entries] == TARGETS and "sent with its records (tileloop resume;" in out.err
     for e in entries:
         assert "error" not in e and e["resumed"] is True and e["node"] == socket.gethostname(), (e, out.err[-3000:])
         run_dir = tmp_path / "sandbox" / e["run"]
@@ -110,3 +113,15 @@ def test_ray_missing_or_misused_is_one_line(kernel_repo, monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and 'pip install -e ".[ray]"' in err
     assert not (kernel_repo / "sandbox" / "suite").exists()  # refused before anything was written
+
+
+def test_ray_without_a_gpu_refuses_cuda_runs(kernel_repo, capsys):
+    """A cluster with no GPU would leave `num_gpus=1` tasks waiting forever: refused in one line."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the local cluster would have one")
+    assert main(["suite", "run", "kernels/vector_add/vector_add_triton.py", "--ray"]) == 2
+    err = capsys.readouterr().err
+    assert "the Ray cluster has no GPU for the runs (--device cuda)" in err
+    assert not (kernel_repo / "sandbox" / "suite-vector-add-triton").exists()

@@ -252,6 +252,9 @@ class RayEngine:
         if git_output(root, "rev-parse", "--symbolic-full-name", call.start_branch) != f"refs/heads/{call.start_branch}":
             raise UserError("suite run --ray starts every run from a branch, and the repository is on none",
                             hint="check out the branch to start from")
+        if call.killed_here:
+            raise UserError(f"the repository is on the branch of {call.killed_here}'s run, which a suite without --ray left",
+                            hint="suite run --resume without --ray repairs it there first")
         done, todo = self._plan(call)
         gitops.ensure_excluded(root, "/sandbox/")
         call.out_dir.mkdir(parents=True, exist_ok=True)
@@ -260,6 +263,9 @@ class RayEngine:
         identity = _identity(root)
         logs = self._start(call, len(todo))
         try:
+            if call.device == "cuda" and not ray.cluster_resources().get("GPU"):  # its tasks would wait forever
+                raise UserError("the Ray cluster has no GPU for the runs (--device cuda)",
+                                hint="join a cluster with GPUs (--ray=ADDRESS), or run on the CPU with --device cpu")
             start_ref = f"refs/heads/{call.start_branch}"
             shared = None
             remote = ray.remote(run_task)
@@ -268,13 +274,17 @@ class RayEngine:
             for target in todo:
                 job = self._job(call, target, start_ref)
                 if job.bundle is None:  # every new run starts from the same bundle: one copy in the object store
-                    shared = shared or ray.put(make_bundle(root, [start_ref]))
+                    if shared is None:
+                        start_bundle = make_bundle(root, [start_ref])
+                        call.log(f"[ray] the bundle of {call.start_branch} ({call.start_sha[:12]}): {len(start_bundle) / 1024:.0f} KiB")
+                        shared = ray.put(start_bundle)
                     job = Job(target, job.refs, shared, None)
                 spec = TaskInput(target=target, start_branch=call.start_branch, start_sha=call.start_sha, refs=job.refs,
                                  per_run_s=call.per_run_s, extra=call.extra, identity=identity)
                 ref = remote.options(**resources).remote(spec, job.bundle, job.records)
                 pending[ref] = (target, job.refs)
-                call.log(f"[ray] {target}: " + ("sent with its records (tileloop resume)" if job.records else "sent"))
+                call.log(f"[ray] {target}: " + (f"sent with its records (tileloop resume; {len(job.records) / 1024:.0f} KiB)"
+                                                if job.records else "sent"))
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # in slices: SIGTERM reaches the handler
                 for ref in ready:
@@ -339,6 +349,7 @@ class RayEngine:
                              "suite run --ray --resume starts it anew"}
         for line in result.log:
             call.log(f"[{result.node}] {line}")
+        t0 = time.monotonic()
         refused = take_refs(root, result.refs, result.bundle, sent)
         entry = {**result.entry, "node": result.node}
         if refused:  # records that name commits the branch here does not hold: kept aside, not unpacked
@@ -350,6 +361,8 @@ class RayEngine:
             unpack(result.archive, RUN_FOLDER, st.run_dir(root, run_id), replace=True)
             rehome(root, run_id)
             unpack(result.archive, OUT_FOLDER, call.out_dir, replace=False)
+            call.log(f"[ray] {target}: came back from {result.node}: bundle {len(result.bundle or b'') / 1024:.0f} KiB, "
+                     f"records {len(result.archive) / 1024:.0f} KiB, taken in {time.monotonic() - t0:.2f} s")
         atomic_write_text(call.out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
         return entry
 
