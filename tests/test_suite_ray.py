@@ -125,3 +125,46 @@ def test_ray_without_a_gpu_refuses_cuda_runs(kernel_repo, capsys):
     err = capsys.readouterr().err
     assert "the Ray cluster has no GPU for the runs (--device cuda)" in err
     assert not (kernel_repo / "sandbox" / "suite-vector-add-triton").exists()
+
+
+def test_after_a_driver_kill_resume_sends_what_came_back_and_starts_the_rest(tmp_path, clean_env):
+    """What `--resume` does with each target after a driver was killed (no cluster is started): a run
+    whose records came back part-way is sent with them, a finished one whose entry is whole keeps it,
+    one that came back before its baseline is forgotten and sent anew, as is one that never came back."""
+    from loop.common.errors import UserError
+    from loop.suite.engines import SuiteCall
+    from loop.suite.ray_engine import RayEngine
+    from loop.suite.worktrees import run_id_of
+    from tests.conftest import git
+    from tests.test_suite_cmd import two_op_repo
+
+    two_op_repo(tmp_path, clean_env)
+    (tmp_path / "kernels" / "copy").mkdir()
+    for name in ("a_triton.py", "b_triton.py"):
+        (tmp_path / "kernels" / "copy" / name).write_text("# a target\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "more targets")
+    targets = [*TARGETS, "kernels/copy/a_triton.py", "kernels/copy/b_triton.py"]
+    out_dir = tmp_path / "sandbox" / "suite"
+    out_dir.mkdir(parents=True)
+    states = {TARGETS[0]: {"last_iteration": 1, "inflight": None, "stopped": None},  # cut off part-way
+              TARGETS[1]: {"last_iteration": 2, "inflight": None, "stopped": {"state": "stop"}},  # finished
+              targets[2]: {"last_iteration": -1, "inflight": {"iteration": 0}, "stopped": None}}  # killed before its baseline
+    for target, state in states.items():
+        run_dir = tmp_path / "sandbox" / run_id_of(target)
+        run_dir.mkdir(parents=True)
+        (run_dir / "state.json").write_text(json.dumps(state))
+    git(tmp_path, "branch", f"tileloop/{run_id_of(targets[2])}")
+    whole = {"schema": "tileloop.suite-entry/1", "run": run_id_of(TARGETS[1]), "target": TARGETS[1], "iterations": 2,
+             "final": [{"shape": "1024", "dtype": "float32", "best (ms)": "0.5"}]}
+    (out_dir / f"{run_id_of(TARGETS[1])}.json").write_text(json.dumps(whole))
+    said = []
+    call = SuiteCall(root=tmp_path, start_branch="", start_sha="", targets=tuple(targets), out_dir=out_dir,
+                     per_run_s=None, extra=("--device", "cpu"), resume=True, killed_here=None, log=said.append)
+    done, todo = RayEngine()._plan(call)
+    assert done == {TARGETS[1]: whole} and todo == [TARGETS[0], targets[2], targets[3]]
+    assert not (tmp_path / "sandbox" / run_id_of(targets[2])).exists()  # forgotten, branch and all
+    assert git(tmp_path, "branch", "--list", f"tileloop/{run_id_of(targets[2])}") == ""
+    # without --resume, any run that exists here is refused before a cluster starts
+    with pytest.raises(UserError, match="exists here already"):
+        RayEngine()._plan(SuiteCall(**{**call.__dict__, "resume": False}))
