@@ -63,8 +63,8 @@ RUN_FOLDER = "run"  # in a task's archive: the run's sandbox/<run>/
 OUT_FOLDER = "out"  # in a task's archive: its entry, report, plot, perf_results.md and log
 LOGS = "ray-logs"  # under the output folder: the local cluster's logs
 OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
-TASK_OUT = "suite"
-ABSENT = "0" * 40  # `git update-ref REF NEW OLD` with this OLD: REF must not exist yet  # under a task clone's sandbox/: the run's entry and files before they travel
+TASK_OUT = "suite"  # under a task clone's sandbox/: the run's entry and files before they travel
+ABSENT = "0" * 40  # `git update-ref REF NEW OLD` with this OLD: REF must not exist yet
 
 
 def import_ray():
