@@ -41,6 +41,26 @@ def scale(n, block, dtype):
 def run(x):
     return scale(x.numel(), BLOCK, str(x.dtype).removeprefix("torch."))(x)
 '''
+EAGER = '''import tilelang
+import tilelang.language as T
+
+
+@tilelang.jit
+def add(X, Y, block: int = 128, threads: int = 128):
+    N = T.const("N")
+    X: T.Tensor((N,), T.float32)
+    Y: T.Tensor((N,), T.float32)
+    Z = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                Z[bx * block + i] = X[bx * block + i] + Y[bx * block + i]
+    return Z
+
+
+def run(x, y):
+    return add(x, y)
+'''
 SPEC = '''import torch
 
 CORRECTNESS_SHAPES = [(1,), (300,)]
@@ -237,3 +257,42 @@ def test_tileloop_check_without_a_gpu_checks_the_spec_and_the_build(tmp_path):
     (tmp_path / "spec.py").write_text(SPEC.replace('DTYPES = ["float32"]', 'DTYPES = ["float32", "int7"]'))
     bad = check(tmp_path / "scale_tilelang.py", device="cuda", archs=[], settings=load(), root=tmp_path)
     assert not bad["ok"] and any("int7" in p["what"] for p in bad["problems"])
+
+
+@needs_tilelang
+def test_the_checks_record_which_tilelang_kernels_the_entry_point_called(tmp_path, monkeypatch):
+    """The worker's launch recorder knows a @tilelang.jit kernel of the target and records its call (its
+    compile stood in for: without a GPU there is nothing to build for)."""
+    from tilelang.jit import JITImpl
+
+    from loop.common.spec import load_module
+    from loop.worker.launches import LaunchRecorder
+
+    target = tmp_path / "scale_tilelang.py"
+    target.write_text(LAZY + "\n\ndef unused(x):\n    return x\n")
+    module = load_module("scale_recorded", target)
+    monkeypatch.setattr(JITImpl, "compile", lambda self, *a, **k: (lambda *tensors: "ran"))
+    recorder = LaunchRecorder(module, "tilelang")
+    assert recorder.kernels == ["scale"]
+    with recorder:
+        assert module.run(__import__("torch").randn(3)) == "ran"
+    assert recorder.launched == {"scale"} and recorder.count == 1 and recorder.called == {"run"}
+    assert JITImpl.__call__.__name__ == "__call__"  # put back
+
+
+@pytest.mark.slow
+@needs_tilelang
+def test_the_eager_form_compiles_with_its_sizes_read_from_the_inputs(tmp_path):
+    import torch
+
+    from loop.common.spec import load_module
+    from loop.worker.tilelang_build import tilelang_compile
+
+    target = tmp_path / "add_tilelang.py"
+    target.write_text(EAGER)
+    assert [n for _, n in kernel_source.tilelang_launches(ast.parse(EAGER))] == ["add"]
+    got = []
+    rows = tilelang_compile(torch, lambda: load_module("eager_add", target),
+                            lambda m: got.append(m.run(torch.randn(300), torch.randn(300))), 100)
+    assert [(r["kernel"], r["target"], r["threads"]) for r in rows] == [("add", "sm_100a", 128)]
+    assert tuple(got[0].shape) == (300,) and got[0].dtype == torch.float32

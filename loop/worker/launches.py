@@ -1,8 +1,10 @@
 """Which of the target's code ran: the launch paths of Triton (`JITFunction.run`, and the
-interpreter's `InterpretedFunction.run`; autotuners and heuristics end there) and cuTile
-(`cuda.tile.launch`) are watched while the checks run, and the target's own kernels (defined in its
-module) that launched are recorded by name; so are the target's host functions that were called
-(its module's functions and the methods of its classes, wrapped for the time of the checks).
+interpreter's `InterpretedFunction.run`; autotuners and heuristics end there), cuTile
+(`cuda.tile.launch`) and TileLang (a `@tilelang.jit` kernel called, `JITImpl.__call__`: it compiles
+the kernel, and in the eager form runs it) are watched while the checks run, and the target's own
+kernels (defined in its module) that launched are recorded by name; so are the target's host
+functions that were called (its module's functions and the methods of its classes, wrapped for the
+time of the checks).
 
 While timed, a recorder without the host watch (`host=False`) counts the launches of every timed
 request (`count`), so that the judge refuses timed calls that launched none of the target's
@@ -20,6 +22,8 @@ import types
 def _name_of(fn) -> tuple[str | None, str | None]:
     """(function name, defining module) of a Triton JIT function or a cuTile kernel, unwrapping tuners."""
     for _ in range(6):
+        if type(fn).__name__ == "JITImpl":  # a TileLang kernel: the function @tilelang.jit decorates
+            fn = getattr(fn.func, "orig_func", fn)
         inner = getattr(fn, "fn", None) or getattr(fn, "_pyfunc", None)
         annotated = getattr(fn, "_annotated_function", None)
         if annotated is not None:
@@ -51,8 +55,8 @@ class LaunchRecorder(contextlib.AbstractContextManager):
     @staticmethod
     def _is_kernel(obj) -> bool:
         kind = type(obj).__name__
-        return kind in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics") or hasattr(obj, "_annotated_function") \
-            or kind == "kernel"
+        return kind in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics", "JITImpl") \
+            or hasattr(obj, "_annotated_function") or kind == "kernel"
 
     def _record(self, fn) -> None:
         name, module = _name_of(fn)
@@ -109,7 +113,17 @@ class LaunchRecorder(contextlib.AbstractContextManager):
                 from triton.runtime.interpreter import InterpretedFunction
 
                 self._patch(InterpretedFunction, "run", wrapped_run)
-        else:
+        elif self.language == "tilelang":
+            from tilelang.jit import JITImpl
+
+            def wrapped_call(real):
+                def call(self, *args, **kwargs):
+                    recorder._record(self)
+                    return real(self, *args, **kwargs)
+                return call
+
+            self._patch(JITImpl, "__call__", wrapped_call)
+        elif self.language == "cutile":
             import cuda.tile as ct
 
             def wrapped_launch(real):
