@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loop.common import kernel_source, tilelang_install
-from loop.common.language import LANGUAGES, detect_language
+from loop.common.language import LANGUAGES, detect_language, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_VERSIONS = [ROOT / "kernels" / op / "tilelang" / f"{op}_tilelang.py" for op in ("vector_add", "matmul")]
@@ -277,6 +277,7 @@ def test_the_checks_record_which_tilelang_kernels_the_entry_point_called(tmp_pat
     with recorder:
         assert module.run(__import__("torch").randn(3)) == "ran"
     assert recorder.launched == {"scale"} and recorder.count == 1 and recorder.called == {"run"}
+    assert resolve(LANGUAGES["tilelang"].launch_hook) is JITImpl.__call__  # where the recorder watches
     assert JITImpl.__call__.__name__ == "__call__"  # put back
 
 
