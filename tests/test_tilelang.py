@@ -149,13 +149,18 @@ def eager(x, y):
 
 
 def test_the_backend_that_would_time_it_says_why_it_does_not():
-    from loop.backends import BACKENDS
+    from loop.backends import BACKENDS, choose, default_target
+    from loop.common.errors import UserError
 
     backend = BACKENDS["tilelang"]
     assert backend.language == "tilelang" and backend.device == "cuda"
     gpu = backend.check({"cuda_available": True})
     assert not gpu.available and "not yet timed by the judge" in gpu.reason
     assert backend.check({"cuda_available": False, "cuda_reason": "no GPU"}).reason == "no GPU"
+    with pytest.raises(UserError, match=r"runs Triton targets only \(TileLang has no CPU interpreter\)"):
+        default_target("tilelang", "cpu", {})
+    with pytest.raises(UserError, match="target backend tilelang is unavailable: TileLang targets are built"):
+        choose("tilelang", "cuda", {"cuda_available": True}, None)
 
 
 def test_doctor_says_whether_tilelang_imports_and_what_installs_it(monkeypatch):
@@ -297,3 +302,14 @@ def test_the_eager_form_compiles_with_its_sizes_read_from_the_inputs(tmp_path):
                             lambda m: got.append(m.run(torch.randn(300), torch.randn(300))), 100)
     assert [(r["kernel"], r["target"], r["threads"]) for r in rows] == [("add", "sm_100a", 128)]
     assert tuple(got[0].shape) == (300,) and got[0].dtype == torch.float32
+
+
+def test_without_tilelang_the_build_says_what_installs_it(monkeypatch):
+    import sys
+
+    from loop.worker.tilelang_build import tilelang_compile
+
+    for name in ("tilelang", "tilelang.jit"):  # as where it is not installed
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(RuntimeError, match=r"TileLang cannot be imported .*: pip install -e '\.\[tilelang\]'"):
+        tilelang_compile(None, None, None, 90)

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 from typing import Any
 
+from loop.common import tilelang_install
 from loop.worker.aot import fake_cuda, resource_usage
 
 def arch_target(cap: int) -> str:
@@ -128,7 +129,10 @@ def _size(dim, sizes: dict[str, int]) -> int:
 def tilelang_compile(torch, load_target, call_run, cap: int) -> list[dict]:
     """The compile gate's build of a TileLang target for one architecture (the language's `compile`):
     one row per kernel the entry point compiled, with its target, resources and launch facts."""
-    from tilelang.jit import JITImpl
+    try:
+        from tilelang.jit import JITImpl
+    except ImportError as exc:
+        raise RuntimeError(f"TileLang cannot be imported ({exc}): {tilelang_install.INSTALL_HINT}") from None
 
     target = target_of(cap)
     real = JITImpl.compile
