@@ -234,14 +234,17 @@ def test_a_kernel_tilelang_refuses_is_a_compile_error_of_that_kernel(tmp_path):
 @pytest.mark.slow
 @needs_tilelang
 @pytest.mark.parametrize("target", FIRST_VERSIONS, ids=lambda p: p.stem)
-def test_the_first_versions_compile_for_sm_90_and_sm_100(target, tmp_path):
-    """`tileloop compile` (its worker, the compile gate) on each first version with its spec."""
-    from loop.common.settings import load
-    from loop.tools.compile import compile_target
+def test_the_first_versions_compile_for_sm_90_and_sm_100(target, tmp_path, capsys):
+    """`tileloop compile --json` (its worker, the compile gate; the output held to its schema) on each
+    first version with its spec."""
+    import json
+
+    from loop.cli import main
 
     folder = tmp_path / target.parent.parent.name
     shutil.copytree(target.parent, folder)
-    payload, text = compile_target(str(folder / target.name), ["sm_90", "sm_100"], load())
+    assert main(["compile", str(folder / target.name), "--arch", "sm_90,sm_100", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
     assert payload["ok"] and payload["language"] == "tilelang", payload["message"]
     assert {r["arch"] for r in payload["kernels"]} == {"sm_90", "sm_100"}
     assert all(r["ok"] and isinstance(r["registers"], int) and r["registers"] > 0 for r in payload["kernels"])
