@@ -316,3 +316,11 @@ def test_without_tilelang_the_build_says_what_installs_it(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(RuntimeError, match=r"TileLang cannot be imported .*: pip install -e '\.\[tilelang\]'"):
         tilelang_compile(None, None, None, 90)
+
+
+def test_a_kernel_built_without_nvcc_says_its_registers_are_not_reported():
+    from loop.worker.tilelang_build import rows
+
+    row, = rows([("scale", object(), []), ("scale", object(), [])], "sm_90a")
+    assert row["kernel"] == "scale" and row["target"] == "sm_90a" and row["ir"] == ["cuda"]
+    assert "registers and spills not reported" in row["resources"][0]["note"] and row["shared_bytes"] == 0

@@ -181,12 +181,14 @@ def rows(built: list[tuple[str, Any, list[bytes]]], arch: str) -> list[dict]:
             continue
         seen.add((name, digest))
         facts = launch_facts(kernel)
-        resources = [r for blob in binaries for r in resource_usage(blob)]
+        resources = [r for blob in binaries for r in resource_usage(blob)] or [
+            {"note": "no machine code from nvcc was seen (another execution backend, e.g. nvrtc): registers and "
+                     "spills not reported"}]
         dynamic = sum(f["dynamic_shared"] for f in facts)
         static = sum(r.get("shared", 0) for r in resources)
         threads = max((f["threads"] for f in facts), default=None)
         out.append({"kernel": name, "symbol": ", ".join(f["symbol"] for f in facts) or None, "target": arch,
-                    "ir": ["cuda", "cubin"], "threads": threads, "num_warps": threads // 32 if threads else None,
+                    "ir": ["cuda", "cubin"] if binaries else ["cuda"], "threads": threads, "num_warps": threads // 32 if threads else None,
                     "dynamic_shared_bytes": dynamic, "shared_bytes": static + dynamic,
                     "cubin_bytes": sum(len(b) for b in binaries), "resources": resources})
     return out
