@@ -30,10 +30,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +66,7 @@ OUT_FOLDER = "out"  # in a task's archive: its entry, report, plot, perf_results
 LOGS = "ray-logs"  # under the output folder: the local cluster's logs
 OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
 TASK_OUT = "suite"  # under a task clone's sandbox/: the run's entry and files before they travel
+WAIT_S = 1.0  # between looks at the tasks that ended
 ABSENT = "0" * 40  # `git update-ref REF NEW OLD` with this OLD: REF must not exist yet
 
 
@@ -286,7 +289,9 @@ class RayEngine:
                 call.log(f"[ray] {target}: " + (f"sent with its records (tileloop resume; {len(job.records) / 1024:.0f} KiB)"
                                                 if job.records else "sent"))
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # in slices: SIGTERM reaches the handler
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+                if not ready:  # wait here, not inside Ray: a SIGTERM's exit raised in Ray's wait comes out as exit 1
+                    time.sleep(WAIT_S)
                 for ref in ready:
                     target, sent = pending.pop(ref)
                     done[target] = self._take(call, target, ref, sent)
@@ -370,15 +375,20 @@ class RayEngine:
         """Join the cluster at the address (or RAY_ADDRESS), else start a local one sized to the
         tasks (no dashboard, a small object store); the local one's session folder, else None."""
         address = self.address or os.environ.get("RAY_ADDRESS")
-        if address:
-            self.ray.init(address=address, log_to_driver=False)
-            call.log(f"[ray] joined the cluster at {address}: {self.ray.cluster_resources()}")
-            return None
-        cpus = max(1, min(tasks, os.cpu_count() or 1))
-        context = self.ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                                object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": with_package_path({})})
-        call.log(f"[ray] started a local cluster: {self.ray.cluster_resources()}")
-        return Path(context.address_info["session_dir"])
+        on_sigterm = signal.getsignal(signal.SIGTERM)  # the suite's: Ray's driver puts its own in place
+        try:
+            if address:
+                self.ray.init(address=address, log_to_driver=False)
+                call.log(f"[ray] joined the cluster at {address}: {self.ray.cluster_resources()}")
+                return None
+            cpus = max(1, min(tasks, os.cpu_count() or 1))
+            context = self.ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                                    object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": with_package_path({})})
+            call.log(f"[ray] started a local cluster: {self.ray.cluster_resources()}")
+            return Path(context.address_info["session_dir"])
+        finally:
+            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, on_sigterm)  # a SIGTERM ends the suite as without --ray (then the cluster)
 
     def _stop(self, session: Path | None, out_dir: Path) -> None:
         """Leave the cluster (a local one stops); a local one's logs kept under the output folder."""
