@@ -23,7 +23,8 @@ import hashlib
 from typing import Any
 
 from loop.common import tilelang_install
-from loop.worker.aot import fake_cuda, resource_usage
+from loop.worker.aot import _patched, fake_cuda, resource_usage
+
 
 def arch_target(cap: int) -> str:
     """The TileLang target architecture for a run's `sm_<cap>`: arch-specific (`sm_90a`, `sm_100a`)
@@ -115,11 +116,12 @@ class _Compiled:
 
 
 def _size(dim, sizes: dict[str, int]) -> int:
+    """An output's size: a constant, or a symbolic size some input has."""
     if isinstance(dim, int):
         return dim
     try:
-        return int(dim)
-    except TypeError:
+        return int(dim)  # a constant size
+    except (TypeError, ValueError):  # a symbolic one: read from the inputs
         pass
     if str(dim) not in sizes:
         raise ValueError(f"the output's size {dim} is not a size of any input: cannot make it ahead of time")
@@ -149,7 +151,7 @@ def tilelang_compile(torch, load_target, call_run, cap: int) -> list[dict]:
         built.append((_name(self), kernel, made))
         return _Compiled(kernel, torch)
 
-    with uncached(), _patched_compile(JITImpl, compile_for_target), fake_cuda(torch, cap):
+    with uncached(), _patched(JITImpl, "compile", compile_for_target), fake_cuda(torch, cap):
         module = load_target()
         call_run(module)
     return rows(built, target["arch"])
@@ -159,16 +161,6 @@ def _name(impl) -> str:
     """The name of the function `@tilelang.jit` decorates."""
     fn = getattr(impl.func, "orig_func", None)
     return getattr(fn, "__name__", "kernel")
-
-
-@contextlib.contextmanager
-def _patched_compile(cls, replacement):
-    real = cls.compile
-    cls.compile = replacement
-    try:
-        yield
-    finally:
-        cls.compile = real
 
 
 def rows(built: list[tuple[str, Any, list[bytes]]], arch: str) -> list[dict]:
