@@ -168,3 +168,44 @@ def test_after_a_driver_kill_resume_sends_what_came_back_and_starts_the_rest(tmp
     # without --resume, any run that exists here is refused before a cluster starts
     with pytest.raises(UserError, match="exists here already"):
         RayEngine()._plan(SuiteCall(**{**call.__dict__, "resume": False}))
+
+
+def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster(kernel_repo):
+    """SIGTERM to `suite run --ray` while a task's run is going: the suite exits as without --ray
+    (143), no tileloop of the run is left in the task's clone, the local cluster is stopped with its
+    logs kept; nothing of the run came back (the next --resume starts it anew)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from loop.measure.launch import with_package_path
+    from tests.conftest import git
+
+    cmd = [sys.executable, "-m", "loop", "suite", "run", "kernels/vector_add/vector_add_triton.py", "--device", "cpu",
+           "--max-iters", "1", "--archs", "sm_90", "--ray"]
+    proc = subprocess.Popen(cmd, cwd=kernel_repo, env=with_package_path(dict(os.environ)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    clones = Path(tempfile.gettempdir())  # the tasks' clones: a local cluster's workers share this environment
+    deadline = time.monotonic() + 300
+    while not list(clones.glob("tileloop-task-*/repo/sandbox/suite-vector-add-triton/state.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "slow"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM
+
+    def in_a_clone(pid: str) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/cwd").startswith(str(clones / "tileloop-task-"))
+        except OSError:  # gone meanwhile, or not ours to read
+            return False
+
+    time.sleep(2)  # the cluster's workers take their children with them
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and in_a_clone(pid)]
+    assert (kernel_repo / "sandbox" / "suite" / "ray-logs").is_dir()
+    assert not (kernel_repo / "sandbox" / "suite-vector-add-triton").exists()
+    assert git(kernel_repo, "branch", "--list", "tileloop/suite-vector-add-triton") == ""
