@@ -280,6 +280,8 @@ class Run:
         return decide.stop_state(self.policy, p)
 
     def check_position(self) -> None:
+        """Before a change is applied: the records are tileloop's, the repository is on the run's branch,
+        at its best commit."""
         self.check_records()
         branch = gitops.current_branch(self.root)
         if branch != self.state.branch:

@@ -1,8 +1,10 @@
 """One iteration: a value that a proposer makes and named stage functions carry to its record.
 
-    propose   `edit`: the agent's own edit of the target (`tileloop step -m`); `candidate`: a playbook
-              candidate, its sweep first where it carries one (`step --recipe`, the unattended loop;
-              `loop.run.suggest` and `loop.run.unattended` choose it, screened by `suggest.Screen`)
+    propose   `candidate`: a playbook candidate, its sweep first where it carries one (`step --recipe`
+              and the unattended loop; `loop.run.suggest` and `loop.run.unattended` choose it through
+              the one screen, `suggest.Screen`); `edit`: the agent's own edit of the target (`tileloop
+              step -m`), not screened: the agent asked for it (an A/A check, a version measured
+              before), and a change no check runs is decided `unexercised` when it is measured
     apply     the proposed source written to the target; the target checked the only change
     commit    the change described and committed, pending
     verify    the ahead-of-time compile gate, or the repository's test command    (`loop.run.measuring`)
