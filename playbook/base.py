@@ -30,6 +30,8 @@ RECIPE_MODULES = (
     "playbook.triton.grouped_ordering", "playbook.triton.tensor_descriptor", "playbook.triton.whole_row",
     "playbook.triton.persistent", "playbook.triton.tileir_configs", "playbook.cutile.persistent",
     "playbook.cutile.grouped", "playbook.cutile.tf32", "playbook.cutile.gather_to_tma", "playbook.cutile.row_chunks",
+    "playbook.tilelang.block_size", "playbook.tilelang.num_stages", "playbook.tilelang.threads",
+    "playbook.tilelang.swizzle", "playbook.tilelang.pass_configs",
 )
 
 
