@@ -13,21 +13,12 @@ from typing import Sequence
 
 import libcst as cst
 
-from loop.common import kernel_source
 from loop.common.language import detect_language
 from playbook.cst.aliases import aliases
 from playbook.cst.program import forward_path, reached_helpers, split_device
 
 REDUCTIONS = {"sum", "max", "min", "reduce", "argmax", "argmin", "xor_sum"}
 NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}
-DOT_CALLS = {"dot", "mma"}
-# TileLang (`T.*` of tilelang.language, in the bodies of its @tilelang.jit kernels): a tile product is
-# `T.gemm` or one of its forms, a reduction `T.reduce_*` (`T.reduce`, `T.warp_reduce_*`, `T.finalize_reducer`)
-TILELANG_DOT = {"gemm", "gemm_v1", "gemm_v2", "wgmma_gemm", "tcgen05_gemm", "gemm_sp", "wgmma_gemm_sp",
-                "tcgen05_gemm_sp", "gemm_blockscaled", "tcgen05_gemm_blockscaled", "mma_gemm_blockscaled"}
-TILELANG_REDUCTIONS = {"reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_abssum", "reduce_absmax",
-                       "reduce_bitand", "reduce_bitor", "reduce_bitxor", "warp_reduce_sum", "warp_reduce_max",
-                       "warp_reduce_min", "finalize_reducer"}
 
 # Which variable (Candidate.kind) to try first, per language and kernel class. Kinds not listed
 # go after the listed ones; kinds the run has demoted go last (next_candidate).
@@ -81,22 +72,22 @@ CUTILE_PRIORITY = {
     "dot": ["tf32", "autotune", "occupancy", "block", "grouped-ordering", "persistent", "tma", "latency", "approx",
             "ftz", "store-tma", "num_ctas"],
 }
-# TileLang: croq-tune's bottleneck table (memory-bound: bigger block_M/N, more stages; compute-bound:
-# bigger MMA tiles, then threads; latency-bound: stages; L2 locality: T.use_swizzle) in the loop's
-# headroom order (levers before hints). Dot: the tile (block_M / block_N / block_K) first, pipelining
-# depth (num_stages of T.Pipelined) next, threads (warps per program) after the tile they split, the
-# program order (T.use_swizzle's panel) for L2 reuse, then the pass configs that switch TMA lowering
-# and warp specialisation off (each can lose as easily as win, so last). Memory-bound classes: the
-# elements per program first, threads, stages (only a kernel with a T.Pipelined loop has any), the
-# pass configs last.
-_TILELANG_MEMORY = ["block", "num_warps", "num_stages", "tma", "warp-specialization"]
-TILELANG_PRIORITY = {
-    "element-wise": _TILELANG_MEMORY,
-    "norm-like": _TILELANG_MEMORY,
-    "reduction": _TILELANG_MEMORY,
-    "dot": ["block", "num_stages", "num_warps", "grouped-ordering", "tma", "warp-specialization"],
-}
 PRIORITY = TRITON_PRIORITY  # the Triton table, under its earlier name
+# CUDA C: threads per block first (the sweep: the one lever these kernels have, occupancy and bytes in
+# flight per block), then 128-bit vector loads and stores (a quarter of the memory instructions),
+# the warp-shuffle reduction in place of the shared-memory tree (log2(threads) barriers fewer, for
+# the row kernels), `__restrict__` with read-only loads, the grid-stride loop (fewer, longer-lived
+# blocks), `__launch_bounds__` (a register budget for ptxas), and `#pragma unroll` last: nvcc
+# already unrolls short fixed-trip loops at -O3, so it is the move least likely to show. No
+# measurement orders these yet; the headroom order moves threads per block (a lever) first wherever
+# the distance to the roofline is measured.
+_CUDA_MEMORY = ["block", "vector", "warp-shuffle", "restrict", "grid-stride", "launch-bounds", "unroll"]
+CUDA_PRIORITY = {
+    "element-wise": _CUDA_MEMORY,
+    "norm-like": _CUDA_MEMORY,
+    "reduction": _CUDA_MEMORY,
+    "dot": ["block", "launch-bounds", "unroll", "restrict", "vector", "warp-shuffle", "grid-stride"],
+}
 
 # A measured bottleneck (`tileloop profile`, from Nsight Compute) moves the kinds that address it
 # to the front, in this order, and the kinds that cannot help to the back of the table; without a
@@ -168,17 +159,17 @@ class Analysis:
 
     def reasons(self) -> list[str]:
         """Why the kernel has its class: the calls `analyze` saw, in the order it tests them."""
+        if self.language == "cuda":
+            return cuda_reasons(self.kernel_class, self.calls)
         def named(names) -> str:
             return ", ".join(sorted(self.calls & set(names))) or "none"
 
-        tilelang = self.language == "tilelang"
-        dots, reductions = (TILELANG_DOT, TILELANG_REDUCTIONS) if tilelang else (DOT_CALLS, REDUCTIONS)
         if self.kernel_class == "dot":
-            return [f"matrix product: calls {named(dots)}"]
-        out = [f"no matrix product ({'T.gemm in any form' if tilelang else ', '.join(sorted(dots))})"]
+            return [f"matrix product: calls {named({'dot', 'mma'})}"]
+        out = ["no matrix product (dot, mma)"]
         if self.kernel_class == "element-wise":
-            return out + [f"no reduction ({'T.reduce_*, T.warp_reduce_*' if tilelang else ', '.join(sorted(reductions))})"]
-        out.append(f"reduction: calls {named(reductions)}")
+            return out + [f"no reduction ({', '.join(sorted(REDUCTIONS))})"]
+        out.append(f"reduction: calls {named(REDUCTIONS)}")
         if self.kernel_class == "norm-like":
             return out + [f"normalisation: calls {named(NORM_HINTS)}"]
         return out + [f"no normalisation ({', '.join(sorted(NORM_HINTS))})"]
@@ -219,7 +210,8 @@ class Analysis:
         return f"{what}; expected {math.exp(gain):.2f}x"
 
     def priority(self) -> list[str]:
-        table = {"cutile": CUTILE_PRIORITY, "tilelang": TILELANG_PRIORITY}.get(self.language, TRITON_PRIORITY)
+        table = CUTILE_PRIORITY if self.language == "cutile" else TRITON_PRIORITY
+        table = CUDA_PRIORITY if self.language == "cuda" else table
         order = list(table[self.kernel_class])
         if self.bottleneck is None:
             return order
@@ -271,34 +263,33 @@ def _forward_device_code(source: str, tree: ast.Module, entry: tuple[str, ...]
 
 
 def analyze(source: str, bottleneck: str | None = None, backend: str | None = None, arch: str | None = None,
-            entry: Sequence[str] = ()) -> Analysis:
+            entry: Sequence[str] = (), language: str | None = None) -> Analysis:
     """The analysis of a target's source; `entry`: the names its spec calls (ENTRY, or what an
-    entry adapter reads of the target), default `run` or the autograd forwards (playbook/cst/program.py)."""
-    tree = ast.parse(source)
+    entry adapter reads of the target), default `run` or the autograd forwards (playbook/cst/program.py).
+    `language`: "cuda" for a CUDA C target (read from its parse tree, never as Python); when not given,
+    a source that is not Python and declares `extern "C" void solve(...)` is one."""
+    if language == "cuda":
+        return _analyze_cuda(source, bottleneck, backend, arch)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        from loop.common.cuda_c import has_solve
+
+        if language is None and has_solve(source):
+            return _analyze_cuda(source, bottleneck, backend, arch)
+        raise
     language = detect_language(tree) or "triton"
     device, roots, forward = _forward_device_code(source, tree, tuple(entry))
     calls = _called_names(device, calls_by_name=False) if device else _called_names([tree])
-    dots, reductions = DOT_CALLS, REDUCTIONS
-    if language == "tilelang":
-        calls, dots, reductions = _tilelang_calls(tree, forward), TILELANG_DOT, TILELANG_REDUCTIONS
-    if calls & dots:
+    if "dot" in calls or "mma" in calls:
         cls = "dot"
-    elif calls & reductions and calls & NORM_HINTS:
+    elif calls & REDUCTIONS and calls & NORM_HINTS:
         cls = "norm-like"
-    elif calls & reductions:
+    elif calls & REDUCTIONS:
         cls = "reduction"
     else:
         cls = "element-wise"
     return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch, roots, forward)
-
-
-def _tilelang_calls(tree: ast.Module, forward: frozenset[str] | None) -> set[str]:
-    """The `T.*` functions (tilelang.language's, read through the imports) that the @tilelang.jit
-    kernels on the forward path call (every kernel where that path is not known): `T.gemm` -> gemm."""
-    imports = kernel_source.imported_names(tree)
-    kernels = [fn for name, fn in kernel_source.tilelang_kernels(tree).items() if forward is None or name in forward]
-    return {name.rpartition(".")[2] for fn in kernels for node in ast.walk(fn) if isinstance(node, ast.Call)
-            for name in [kernel_source.dotted(node.func, imports)] if name.startswith("tilelang.language.")}
 
 
 def kernel_names(source: str, language: str) -> list[str]:
@@ -311,3 +302,73 @@ def kernel_names(source: str, language: str) -> list[str]:
     al = aliases(module)
     found = cutile_kernels(module, al) if language == "cutile" else triton_kernels(module, al)
     return list(found)
+
+
+# ------------------------------------------------------------------------------------------- CUDA C
+# A CUDA C target (`.cu`, `extern "C" void solve(...)`) is read from its parse tree
+# (loop/common/cuda_tree.py), never through Python's ast: the kernels are the `__global__` functions
+# solve's launches reach (and the `__device__` functions they call); the classes are the other
+# languages'. A tensor-core product (`mma_sync`, `wgmma`) is dot; a reduction is a shared-memory tree
+# (a `__shared__` array and a loop that halves its stride), atomics or warp shuffles; a row kernel
+# that reduces and then normalises (`rsqrtf`, `expf`, ...) is norm-like; the rest is element-wise.
+CUDA_DOT = {"mma_sync", "wgmma", "mma", "wgmma_async"}
+CUDA_REDUCTIONS = {"atomicAdd", "atomicMax", "atomicMin", "atomicAdd_block", "__shfl_down_sync", "__shfl_xor_sync",
+                   "__shfl_up_sync", "__reduce_add_sync", "__reduce_max_sync", "__reduce_min_sync", "Reduce", "Sum",
+                   "shared-memory tree"}
+CUDA_NORM_HINTS = {"rsqrtf", "rsqrt", "sqrtf", "sqrt", "__fsqrt_rn", "expf", "__expf", "exp", "exp2f", "logf", "__logf",
+                   "log", "hrsqrt", "hexp", "h2exp", "h2rsqrt", "__frsqrt_rn"}
+SHARED_TREE = "shared-memory tree"  # not a call: a `__shared__` array reduced by a loop that halves its stride
+
+
+def _halving_loop(cs, fn) -> bool:
+    """A `for` whose update halves its variable (`s /= 2`, `s >>= 1`, `s = s / 2`) in a kernel with a
+    `__shared__` array: the shared-memory tree of a block reduction."""
+    from loop.common import cuda_tree
+
+    nodes = list(cuda_tree.walk(fn.body))
+    shared = any(n.type == "declaration" and "__shared__" in cs.text(n).split("[")[0].split() for n in nodes)
+    for n in nodes:
+        update = n.child_by_field_name("update") if n.type == "for_statement" else None
+        text = " ".join(cs.text(update).split()) if update is not None else ""
+        if shared and (text.endswith(("/= 2", ">>= 1")) or ("/ 2" in text and "=" in text)):
+            return True
+    return False
+
+
+def _analyze_cuda(source: str, bottleneck: str | None, backend: str | None, arch: str | None) -> Analysis:
+    """The analysis of a CUDA C target: its kernels on solve's path, the calls in them, their class."""
+    from loop.common import cuda_tree
+
+    cs = cuda_tree.parse(source)
+    reached = cuda_tree.reach(cs)
+    kernels = cuda_tree.kernels(cs)
+    forward = frozenset(k for k in reached.kernels if k in kernels) if reached.hosts else None
+    device = cuda_tree.device_reach(cs, forward if forward else set(kernels))
+    calls = {name for fn in device for name in cuda_tree.called(cs, fn.body)}
+    if any(_halving_loop(cs, fn) for fn in device):
+        calls.add(SHARED_TREE)
+    if calls & CUDA_DOT:
+        cls = "dot"
+    elif calls & CUDA_REDUCTIONS and calls & CUDA_NORM_HINTS:
+        cls = "norm-like"
+    elif calls & CUDA_REDUCTIONS:
+        cls = "reduction"
+    else:
+        cls = "element-wise"
+    return Analysis("cuda", cls, frozenset(calls), bottleneck, backend, arch, reached.hosts[:1], forward)
+
+
+def cuda_reasons(kernel_class: str, calls: frozenset[str]) -> list[str]:
+    """Why a CUDA C kernel has its class, as `Analysis.reasons` says it for the other languages."""
+    def named(names) -> str:
+        return ", ".join(sorted(calls & set(names))) or "none"
+
+    if kernel_class == "dot":
+        return [f"tensor-core product: calls {named(CUDA_DOT)}"]
+    out = [f"no tensor-core product ({', '.join(sorted(CUDA_DOT))})"]
+    if kernel_class == "element-wise":
+        return out + ["no reduction (no shared-memory tree, atomic or warp shuffle)"]
+    out.append(f"reduction: {named(CUDA_REDUCTIONS)}")
+    if kernel_class == "norm-like":
+        return out + [f"normalisation: calls {named(CUDA_NORM_HINTS)}"]
+    return out + ["no normalisation (rsqrtf, expf, logf, ...)"]
