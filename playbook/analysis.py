@@ -13,12 +13,21 @@ from typing import Sequence
 
 import libcst as cst
 
+from loop.common import kernel_source
 from loop.common.language import detect_language
 from playbook.cst.aliases import aliases
 from playbook.cst.program import forward_path, reached_helpers, split_device
 
 REDUCTIONS = {"sum", "max", "min", "reduce", "argmax", "argmin", "xor_sum"}
 NORM_HINTS = {"rsqrt", "sqrt", "exp", "exp2", "log"}
+DOT_CALLS = {"dot", "mma"}
+# TileLang (`T.*` of tilelang.language, in the bodies of its @tilelang.jit kernels): a tile product is
+# `T.gemm` or one of its forms, a reduction `T.reduce_*` (`T.reduce`, `T.warp_reduce_*`, `T.finalize_reducer`)
+TILELANG_DOT = {"gemm", "gemm_v1", "gemm_v2", "wgmma_gemm", "tcgen05_gemm", "gemm_sp", "wgmma_gemm_sp",
+                "tcgen05_gemm_sp", "gemm_blockscaled", "tcgen05_gemm_blockscaled", "mma_gemm_blockscaled"}
+TILELANG_REDUCTIONS = {"reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_abssum", "reduce_absmax",
+                       "reduce_bitand", "reduce_bitor", "reduce_bitxor", "warp_reduce_sum", "warp_reduce_max",
+                       "warp_reduce_min", "finalize_reducer"}
 
 # Which variable (Candidate.kind) to try first, per language and kernel class. Kinds not listed
 # go after the listed ones; kinds the run has demoted go last (next_candidate).
@@ -71,6 +80,21 @@ CUTILE_PRIORITY = {
     "reduction": _CUTILE_MEMORY,
     "dot": ["tf32", "autotune", "occupancy", "block", "grouped-ordering", "persistent", "tma", "latency", "approx",
             "ftz", "store-tma", "num_ctas"],
+}
+# TileLang: croq-tune's bottleneck table (memory-bound: bigger block_M/N, more stages; compute-bound:
+# bigger MMA tiles, then threads; latency-bound: stages; L2 locality: T.use_swizzle) in the loop's
+# headroom order (levers before hints). Dot: the tile (block_M / block_N / block_K) first, pipelining
+# depth (num_stages of T.Pipelined) next, threads (warps per program) after the tile they split, the
+# program order (T.use_swizzle's panel) for L2 reuse, then the pass configs that switch TMA lowering
+# and warp specialisation off (each can lose as easily as win, so last). Memory-bound classes: the
+# elements per program first, threads, stages (only a kernel with a T.Pipelined loop has any), the
+# pass configs last.
+_TILELANG_MEMORY = ["block", "num_warps", "num_stages", "tma", "warp-specialization"]
+TILELANG_PRIORITY = {
+    "element-wise": _TILELANG_MEMORY,
+    "norm-like": _TILELANG_MEMORY,
+    "reduction": _TILELANG_MEMORY,
+    "dot": ["block", "num_stages", "num_warps", "grouped-ordering", "tma", "warp-specialization"],
 }
 PRIORITY = TRITON_PRIORITY  # the Triton table, under its earlier name
 # CUDA C: threads per block first (the sweep: the one lever these kernels have, occupancy and bytes in
@@ -164,12 +188,14 @@ class Analysis:
         def named(names) -> str:
             return ", ".join(sorted(self.calls & set(names))) or "none"
 
+        tilelang = self.language == "tilelang"
+        dots, reductions = (TILELANG_DOT, TILELANG_REDUCTIONS) if tilelang else (DOT_CALLS, REDUCTIONS)
         if self.kernel_class == "dot":
-            return [f"matrix product: calls {named({'dot', 'mma'})}"]
-        out = ["no matrix product (dot, mma)"]
+            return [f"matrix product: calls {named(dots)}"]
+        out = [f"no matrix product ({'T.gemm in any form' if tilelang else ', '.join(sorted(dots))})"]
         if self.kernel_class == "element-wise":
-            return out + [f"no reduction ({', '.join(sorted(REDUCTIONS))})"]
-        out.append(f"reduction: calls {named(REDUCTIONS)}")
+            return out + [f"no reduction ({'T.reduce_*, T.warp_reduce_*' if tilelang else ', '.join(sorted(reductions))})"]
+        out.append(f"reduction: calls {named(reductions)}")
         if self.kernel_class == "norm-like":
             return out + [f"normalisation: calls {named(NORM_HINTS)}"]
         return out + [f"no normalisation ({', '.join(sorted(NORM_HINTS))})"]
@@ -210,7 +236,7 @@ class Analysis:
         return f"{what}; expected {math.exp(gain):.2f}x"
 
     def priority(self) -> list[str]:
-        table = CUTILE_PRIORITY if self.language == "cutile" else TRITON_PRIORITY
+        table = {"cutile": CUTILE_PRIORITY, "tilelang": TILELANG_PRIORITY}.get(self.language, TRITON_PRIORITY)
         table = CUDA_PRIORITY if self.language == "cuda" else table
         order = list(table[self.kernel_class])
         if self.bottleneck is None:
@@ -281,15 +307,27 @@ def analyze(source: str, bottleneck: str | None = None, backend: str | None = No
     language = detect_language(tree) or "triton"
     device, roots, forward = _forward_device_code(source, tree, tuple(entry))
     calls = _called_names(device, calls_by_name=False) if device else _called_names([tree])
-    if "dot" in calls or "mma" in calls:
+    dots, reductions = DOT_CALLS, REDUCTIONS
+    if language == "tilelang":
+        calls, dots, reductions = _tilelang_calls(tree, forward), TILELANG_DOT, TILELANG_REDUCTIONS
+    if calls & dots:
         cls = "dot"
-    elif calls & REDUCTIONS and calls & NORM_HINTS:
+    elif calls & reductions and calls & NORM_HINTS:
         cls = "norm-like"
-    elif calls & REDUCTIONS:
+    elif calls & reductions:
         cls = "reduction"
     else:
         cls = "element-wise"
     return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch, roots, forward)
+
+
+def _tilelang_calls(tree: ast.Module, forward: frozenset[str] | None) -> set[str]:
+    """The `T.*` functions (tilelang.language's, read through the imports) that the @tilelang.jit
+    kernels on the forward path call (every kernel where that path is not known): `T.gemm` -> gemm."""
+    imports = kernel_source.imported_names(tree)
+    kernels = [fn for name, fn in kernel_source.tilelang_kernels(tree).items() if forward is None or name in forward]
+    return {name.rpartition(".")[2] for fn in kernels for node in ast.walk(fn) if isinstance(node, ast.Call)
+            for name in [kernel_source.dotted(node.func, imports)] if name.startswith("tilelang.language.")}
 
 
 def kernel_names(source: str, language: str) -> list[str]:
