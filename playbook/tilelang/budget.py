@@ -50,10 +50,15 @@ class Tile:
             return None
         return self.block_m * self.block_n / self.threads
 
+    def fits_smem(self) -> bool:
+        """The operand tiles fit shared memory (a bound that cannot be computed holds)."""
+        smem = self.smem()
+        return smem is None or smem <= SMEM_LIMIT
+
     def fits(self) -> bool:
         """Within shared memory and the accumulator's range (a bound that cannot be computed holds)."""
-        smem, acc = self.smem(), self.accumulator()
-        return (smem is None or smem <= SMEM_LIMIT) and (acc is None or ACC_RANGE[0] <= acc <= ACC_RANGE[1])
+        acc = self.accumulator()
+        return self.fits_smem() and (acc is None or ACC_RANGE[0] <= acc <= ACC_RANGE[1])
 
     def describe(self) -> str:
         smem, acc = self.smem(), self.accumulator()

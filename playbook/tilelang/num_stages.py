@@ -44,7 +44,7 @@ class NumStages(PatternRecipe):
         return proposed(out, reasons)
 
     def _fits(self, program: Program, kernel: Kernel, stages: int) -> bool:
-        return not is_dot(kernel, program) or tile_of(kernel, program).with_value("stages", stages).fits()
+        return not is_dot(kernel, program) or tile_of(kernel, program).with_value("stages", stages).fits_smem()
 
     def _kernel(self, program: Program, kernel: Kernel) -> Candidate:
         loop = pipelined(kernel, program)

@@ -64,8 +64,8 @@ def _with_config(decorator: cst.Decorator, key: str) -> cst.Decorator | None:
     elements = list(configs.elements)
     if elements and not isinstance(elements[-1].comma, cst.Comma):
         elements[-1] = elements[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return decorator.with_changes(decorator=add_kwarg(decorator.decorator, "pass_configs",
-                                                      configs.with_changes(elements=[*elements, entry])))
+    wider = configs.with_changes(elements=[*elements, entry])
+    return decorator.with_changes(decorator=replace(decorator.decorator, {configs: wider}))
 
 
 def _key_text(node: cst.BaseExpression) -> str:
