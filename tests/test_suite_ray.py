@@ -209,3 +209,60 @@ def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster(kernel_repo):
     assert (kernel_repo / "sandbox" / "suite" / "ray-logs").is_dir()
     assert not (kernel_repo / "sandbox" / "suite-vector-add-triton").exists()
     assert git(kernel_repo, "branch", "--list", "tileloop/suite-vector-add-triton") == ""
+
+
+def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path, clean_env, tmp_path_factory, capsys):
+    """The task's Ray worker process killed (SIGKILL) once the checkpoint of iteration 1 came back:
+    the driver sends the run again as a resume from that checkpoint, and it finishes with the
+    baseline, iteration 1 as it came back (not run again) and iteration 2, each recorded once."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from loop.measure.launch import with_package_path
+    from tests.conftest import git
+    from tests.test_suite_cmd import two_op_repo
+
+    two_op_repo(tmp_path, clean_env)
+    start = git(tmp_path, "rev-parse", "HEAD").strip()
+    target, run = TARGETS[0], "suite-vector-add-triton"
+    err_path = tmp_path_factory.mktemp("driver") / "stderr.txt"
+    cmd = [sys.executable, "-m", "loop", "suite", "run", target, "--device", "cpu", "--max-iters", "2", "--archs", "sm_90",
+           "--ray", "--json"]
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=with_package_path(dict(os.environ)), stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+    checkpointed = re.compile(rf"\[ray\] {re.escape(target)}: iteration (\d+) checkpointed from \S+ \(task pid (\d+)\)")
+    deadline = time.monotonic() + 180
+    while not (found := [m for m in checkpointed.finditer(err_path.read_text()) if int(m.group(1)) >= 1]):
+        assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+        time.sleep(0.2)
+    came_back = (tmp_path / "sandbox" / run / "results.jsonl").read_text()  # the checkpoint, in this repository
+    os.kill(int(found[0].group(2)), signal.SIGKILL)  # the task's worker process, and with it the run's tileloop
+    out, _ = proc.communicate(timeout=240)
+    said = err_path.read_text()
+    assert proc.returncode == 0, said[-3000:]
+    assert int(found[0].group(1)) == 1 and "sending it again to resume from iteration 1" in said, said[-3000:]
+    [entry] = json.loads(out)["entries"]
+    assert "error" not in entry and entry["resumed"] is True, (entry, said[-3000:])
+    assert "WorkerCrashedError" in entry["lost_task"] and "after iteration 1 had come back" in entry["lost_task"]
+    run_dir = tmp_path / "sandbox" / run
+    recs = _records(run_dir / "results.jsonl")
+    assert [r.iteration for r in recs] == [0, 1, 2], said[-3000:]  # none lost, none twice
+    # the baseline and iteration 1 are those that came back before the kill, not run again
+    assert (run_dir / "results.jsonl").read_text().startswith(came_back) and len(_records_text(came_back)) == 2
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["last_iteration"] == 2 and state["inflight"] is None and state["stopped"]["state"] == "stop"
+    assert git(tmp_path, "rev-parse", f"tileloop/{run}").strip() == state["best_commit"]
+    for r in recs:  # every experiment's commit came back into this repository
+        assert git(tmp_path, "cat-file", "-t", r.commit).strip() == "commit"
+    assert main(["history", "--run", run, "--json"]) == 0  # from git alone, in this repository
+    assert [row["status"] for row in json.loads(capsys.readouterr().out)["rows"]] == [r.status for r in recs]
+    assert git(tmp_path, "rev-parse", "HEAD").strip() == start and git(tmp_path, "status", "--porcelain") == ""
+
+
+def _records_text(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]

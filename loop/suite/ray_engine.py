@@ -13,10 +13,19 @@ objects into the repository, sets the refs (a branch only fast-forward), unpacks
 so that `tileloop history`, the records and the suite summary read as for a local run. The entry
 names the node (its hostname) that ran it; the records' environment names its GPU.
 
-Nothing comes back before a task ends: a driver killed mid-suite loses the runs still in flight
-(the next `--resume` starts them anew), and so does a node that dies; a run that came back cut
-off or killed part-way goes on with `suite run --ray --resume`, which sends its branch, its refs
-and its records to a new task (`tileloop resume` there, from its last finished iteration).
+While the run goes on, the task checkpoints it: each time an iteration is sealed in its records
+(the baseline included), the task sends the run's refs, their new objects and its records as they
+then stand (read twice, taken only where nothing moved meanwhile) as one item of the task's stream
+(a Ray streaming generator: the driver owns the items and reads them in order as they come, with
+no actor or store of its own to keep alive). The driver takes each into the repository at once, as
+it takes a result. A task lost with its process or its node (the errors in `LOST`) is sent again
+once per suite call, as a resume from the last checkpoint that came back (from the start if none
+did): no finished iteration is lost or run twice, and the interrupted one is recorded once, as
+`tileloop resume` records it. A second loss leaves the run as it came back, its entry saying so.
+Ray's own retry of a task is off: it would start the run anew in a fresh clone. A driver killed
+mid-suite leaves the checkpoints that came back in the repository, and `suite run --ray --resume`
+sends those runs with them; a run cut off or killed part-way goes on the same way (`tileloop
+resume` in a new task, from its last finished iteration).
 
 With no ADDRESS (and no RAY_ADDRESS), tileloop starts a local cluster sized to the targets and
 stops it at the end, its logs kept in `<out-dir>/ray-logs/`; with one, it joins that cluster,
@@ -25,6 +34,8 @@ a task's runs take the environment of the node's Ray worker)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import json
 import os
@@ -33,6 +44,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -45,7 +57,7 @@ from loop.common.files import atomic_write_text
 from loop.measure.launch import with_package_path
 from loop.records import git_files, gitops
 from loop.run import state as st
-from loop.run.core import GIT_SNAPSHOT
+from loop.run.core import GIT_SNAPSHOT, SEALED
 from loop.suite.engines import SuiteCall
 from loop.suite.runner import Children, child_env, run_one
 from loop.suite.summary import ENTRY_SCHEMA
@@ -66,7 +78,8 @@ OUT_FOLDER = "out"  # in a task's archive: its entry, report, plot, perf_results
 LOGS = "ray-logs"  # under the output folder: the local cluster's logs
 OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
 TASK_OUT = "suite"  # under a task clone's sandbox/: the run's entry and files before they travel
-WAIT_S = 1.0  # between looks at the tasks that ended
+WAIT_S = 1.0  # between looks at the tasks' streams
+CHECK_S = 0.5  # between a task's looks at its run's records for a newly sealed iteration
 ABSENT = "0" * 40  # `git update-ref REF NEW OLD` with this OLD: REF must not exist yet
 
 
@@ -104,6 +117,21 @@ class TaskResult:
     bundle: bytes | None
     archive: bytes
     log: list[str]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A run as it stood after an iteration was sealed in its records, sent while the task goes on:
+    the run's refs and their new objects, its `sandbox/<run>/` (a tar archive), the iteration, and
+    where it ran (the node and the task's process)."""
+
+    target: str
+    node: str
+    pid: int
+    iteration: int
+    refs: dict[str, str]
+    bundle: bytes | None
+    archive: bytes
 
 
 # ------------------------------------------------------------------ git bundles and archives
@@ -167,10 +195,19 @@ def unpack(archive: bytes, name: str, dest: Path, replace: bool) -> bool:
         got = Path(tmp) / name
         if not got.is_dir():
             return False
-        if replace and dest.exists():
-            shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(got, dest, dirs_exist_ok=True)
+        if not (replace and dest.exists()):
+            shutil.copytree(got, dest, dirs_exist_ok=True)
+            return True
+        # beside `dest` first, then swapped in: a kill meanwhile leaves the records there whole
+        new, old = dest.with_name(f".{dest.name}.new"), dest.with_name(f".{dest.name}.old")
+        for leftover in (new, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+        shutil.copytree(got, new)
+        dest.rename(old)
+        new.rename(dest)
+        shutil.rmtree(old)
     return True
 
 
@@ -192,9 +229,65 @@ def rehome(root: Path, run_id: str) -> None:
 # ------------------------------------------------------------------ the task (on a node)
 
 
-def run_task(spec: TaskInput, bundle: bytes, records: bytes | None) -> TaskResult:
+def sealed_state(root: Path, run_id: str, refs: dict[str, str], branch: str) -> dict | None:
+    """The state of the run in `root` when its records hold together as tileloop sealed them: the
+    state as written (its own hash), results.jsonl and perf_results.md exactly as sealed, and with no
+    iteration in flight the branch at the sealed tip (`refs` as read); else None."""
+    if not st.intact(root, run_id) or not st.state_path(root, run_id).is_file():
+        return None
+    state = json.loads(st.state_path(root, run_id).read_text())
+    seal = state.get("records_seal") or {}
+    for name in SEALED:
+        want, path = seal.get(name), st.run_dir(root, run_id) / name
+        if want is not None and (not path.is_file() or _digest(path.read_bytes()) != want):
+            return None
+    if state.get("inflight") is None and seal.get("tip") and refs.get(f"refs/heads/{branch}") != seal["tip"]:
+        return None
+    return state
+
+
+def _digest(data: bytes) -> dict:
+    """A file's bytes as a run's seal names them."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def last_sealed(root: Path, run_id: str) -> int:
+    """The last iteration the run's state names as recorded (-1 before the baseline, or no state)."""
+    try:
+        return int(json.loads(st.state_path(root, run_id).read_text()).get("last_iteration", -1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return -1
+
+
+def take_checkpoint(repo: Path, spec: TaskInput, after: int) -> Checkpoint | None:
+    """The run in the task's clone `repo` as a checkpoint, when an iteration past `after` is sealed
+    and nothing moved while it was read (its refs read before and after, its records checked against
+    their seal); else None, and the task looks again later. The run goes on meanwhile."""
+    run_id, branch = run_id_of(spec.target), branch_of(spec.target)
+    if last_sealed(repo, run_id) <= after:
+        return None
+    refs = run_refs(repo, run_id, branch)
+    with tempfile.TemporaryDirectory(prefix="tileloop-checkpoint-") as tmp:
+        copy = Path(tmp)
+        try:
+            shutil.copytree(st.run_dir(repo, run_id), st.run_dir(copy, run_id))
+        except (OSError, shutil.Error):  # a file replaced while it was read
+            return None
+        state = sealed_state(copy, run_id, refs, branch)
+        if state is None or state["last_iteration"] <= after:
+            return None
+        bundle = make_bundle(repo, list(refs), exclude=spec.start_sha)
+        if run_refs(repo, run_id, branch) != refs:
+            return None
+        archive = pack({RUN_FOLDER: st.run_dir(copy, run_id)})
+    return Checkpoint(target=spec.target, node=socket.gethostname(), pid=os.getpid(), iteration=state["last_iteration"],
+                      refs=refs, bundle=bundle, archive=archive)
+
+
+def run_task(spec: TaskInput, bundle: bytes, records: bytes | None):
     """One target's run in a clone of its own made from `bundle` (with `records`, the run's
-    `sandbox/<run>/` to resume); what it has when the run ends, whichever way it ends."""
+    `sandbox/<run>/` to resume): a stream of a `Checkpoint` per iteration sealed while it runs, then
+    the `TaskResult` of the run when it ends, whichever way it ends."""
     run_id, branch = run_id_of(spec.target), branch_of(spec.target)
     lines: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="tileloop-task-"))
@@ -213,15 +306,29 @@ def run_task(spec: TaskInput, bundle: bytes, records: bytes | None) -> TaskResul
             rehome(repo, run_id)
         out = repo / st.SANDBOX / TASK_OUT
         out.mkdir(parents=True)
-        try:
-            entry = run_one(repo, repo, spec.target, out, spec.per_run_s, list(spec.extra), child_env(), children,
-                            lines.append, resume=records is not None)
-        except Exception as exc:  # the run's failure is the entry's; what it left still travels back
-            entry = {"schema": ENTRY_SCHEMA, "run": run_id, "target": spec.target, "error": f"{type(exc).__name__}: {exc}"}
+        ended: dict[str, dict] = {}
+
+        def run() -> None:
+            try:
+                ended["entry"] = run_one(repo, repo, spec.target, out, spec.per_run_s, list(spec.extra), child_env(),
+                                         children, lines.append, resume=records is not None)
+            except Exception as exc:  # the run's failure is the entry's; what it left still travels back
+                ended["entry"] = {"schema": ENTRY_SCHEMA, "run": run_id, "target": spec.target,
+                                  "error": f"{type(exc).__name__}: {exc}"}
+
+        runner = threading.Thread(target=run, name=f"tileloop-run-{run_id}", daemon=True)
+        runner.start()
+        sent = last_sealed(repo, run_id)  # what came with the task is the driver's already
+        while runner.is_alive():
+            runner.join(CHECK_S)
+            checkpoint = take_checkpoint(repo, spec, sent) if runner.is_alive() else None
+            if checkpoint is not None:
+                sent = checkpoint.iteration
+                yield checkpoint
         refs = run_refs(repo, run_id, branch)
-        return TaskResult(target=spec.target, node=socket.gethostname(), entry=entry, refs=refs,
-                          bundle=make_bundle(repo, list(refs), exclude=spec.start_sha),
-                          archive=pack({RUN_FOLDER: repo / st.SANDBOX / run_id, OUT_FOLDER: out}), log=lines)
+        yield TaskResult(target=spec.target, node=socket.gethostname(), entry=ended["entry"], refs=refs,
+                         bundle=make_bundle(repo, list(refs), exclude=spec.start_sha),
+                         archive=pack({RUN_FOLDER: repo / st.SANDBOX / run_id, OUT_FOLDER: out}), log=lines)
     finally:
         children.kill_all()
         shutil.rmtree(work, ignore_errors=True)
@@ -240,6 +347,68 @@ class Job:
     records: bytes | None
 
 
+@dataclass
+class Task:
+    """A target's task in flight, as the driver follows it: its stream, the run's refs here as the
+    task last left them (as sent, then as each checkpoint set them), the last iteration checkpointed
+    here (-1: none), the node it ran on, and why an earlier task of the target was lost (if one was)."""
+
+    target: str
+    stream: object  # Ray's generator of object references: checkpoints, then the result
+    refs: dict[str, str]
+    checkpoint: int
+    node: str = "its node"
+    lost: str | None = None
+
+
+class LostTask(Exception):
+    """A task lost with its process or its node (its Ray error's name); the run may be sent again."""
+
+
+def lost_errors(ray) -> tuple[type, ...]:
+    """Ray's errors for a task whose process or node died, or whose checkpoint went with them."""
+    names = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError", "ObjectLostError")
+    return tuple(getattr(ray.exceptions, name) for name in names if hasattr(ray.exceptions, name))
+
+
+class Sender:
+    """Sends a target's run as a task: a new run with the one bundle of the start (put in the object
+    store once), or the run as it is here (the last checkpoint or result that came back) to resume."""
+
+    def __init__(self, ray, call: SuiteCall, remote, identity: tuple[str, str]):
+        self.ray, self.call, self.remote, self.identity = ray, call, remote, identity
+        self.start_ref = f"refs/heads/{call.start_branch}"
+        self.shared = None
+
+    def send(self, target: str, lost: str | None = None) -> Task:
+        """The target's task started; `lost` says why an earlier one was lost (then it resumes)."""
+        call, job = self.call, self.job(target)
+        if job.bundle is None:  # every new run starts from the same bundle: one copy in the object store
+            if self.shared is None:
+                start_bundle = make_bundle(call.root, [self.start_ref])
+                call.log(f"[ray] the bundle of {call.start_branch} ({call.start_sha[:12]}): {len(start_bundle) / 1024:.0f} KiB")
+                self.shared = self.ray.put(start_bundle)
+            job = Job(target, job.refs, self.shared, None)
+        spec = TaskInput(target=target, start_branch=call.start_branch, start_sha=call.start_sha, refs=job.refs,
+                         per_run_s=call.per_run_s, extra=call.extra, identity=self.identity)
+        stream = self.remote.remote(spec, job.bundle, job.records)
+        call.log(f"[ray] {target}: " + (f"sent with its records (tileloop resume; {len(job.records) / 1024:.0f} KiB)"
+                                        if job.records else "sent"))
+        here = last_sealed(call.root, run_id_of(target)) if job.records else -1
+        return Task(target=target, stream=stream, refs=job.refs, checkpoint=here, lost=lost)
+
+    def job(self, target: str) -> Job:
+        """A new run (no bundle yet: the shared one goes with it) or a run to resume: its refs, a
+        bundle of them and of the start, and its records."""
+        root, run_id = self.call.root, run_id_of(target)
+        refs = {self.start_ref: self.call.start_sha}
+        if existing_run(root, target) is None:
+            return Job(target, refs, None, None)
+        refs.update(run_refs(root, run_id, branch_of(target)))
+        bundle = self.ray.put(make_bundle(root, list(refs)))
+        return Job(target, refs, bundle, pack({RUN_FOLDER: st.run_dir(root, run_id)}))
+
+
 class RayEngine:
     """Each target's run a Ray task: on a local cluster started for the suite, or on the cluster
     at `address` (also RAY_ADDRESS)."""
@@ -251,7 +420,7 @@ class RayEngine:
         self.address = address or None
 
     def run(self, call: SuiteCall, children: Children) -> list[dict]:
-        root, ray = call.root, self.ray
+        root = call.root
         if git_output(root, "rev-parse", "--symbolic-full-name", call.start_branch) != f"refs/heads/{call.start_branch}":
             raise UserError("suite run --ray starts every run from a branch, and the repository is on none",
                             hint="check out the branch to start from")
@@ -264,37 +433,41 @@ class RayEngine:
         if not todo:
             return [done[t] for t in call.targets if t in done]
         identity = _identity(root)
+        with contextlib.redirect_stdout(sys.stderr):  # Ray's driver prints its cluster's errors (a worker died) there
+            return self._run(call, done, todo, identity)
+
+    def _run(self, call: SuiteCall, done: dict[str, dict], todo: list[str], identity: tuple[str, str]) -> list[dict]:
+        """The targets to send run on the cluster, each followed to its end; every entry in order."""
+        ray = self.ray
         logs = self._start(call, len(todo))
         try:
             if call.device == "cuda" and not ray.cluster_resources().get("GPU"):  # its tasks would wait forever
                 raise UserError("the Ray cluster has no GPU for the runs (--device cuda)",
                                 hint="join a cluster with GPUs (--ray=ADDRESS), or run on the CPU with --device cpu")
-            start_ref = f"refs/heads/{call.start_branch}"
-            shared = None
-            remote = ray.remote(run_task)
             resources = {"num_gpus": 1, "num_cpus": 0} if call.device == "cuda" else {"num_cpus": 1}
-            pending = {}
-            for target in todo:
-                job = self._job(call, target, start_ref)
-                if job.bundle is None:  # every new run starts from the same bundle: one copy in the object store
-                    if shared is None:
-                        start_bundle = make_bundle(root, [start_ref])
-                        call.log(f"[ray] the bundle of {call.start_branch} ({call.start_sha[:12]}): {len(start_bundle) / 1024:.0f} KiB")
-                        shared = ray.put(start_bundle)
-                    job = Job(target, job.refs, shared, None)
-                spec = TaskInput(target=target, start_branch=call.start_branch, start_sha=call.start_sha, refs=job.refs,
-                                 per_run_s=call.per_run_s, extra=call.extra, identity=identity)
-                ref = remote.options(**resources).remote(spec, job.bundle, job.records)
-                pending[ref] = (target, job.refs)
-                call.log(f"[ray] {target}: " + (f"sent with its records (tileloop resume; {len(job.records) / 1024:.0f} KiB)"
-                                                if job.records else "sent"))
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            # a stream of checkpoints then the result; no retry by Ray (it would start the run anew)
+            remote = ray.remote(run_task).options(num_returns="streaming", max_retries=0, **resources)
+            sender = Sender(ray, call, remote, identity)
+            tasks = [sender.send(target) for target in todo]
+            resent: list[str] = []  # targets sent again after a lost task, once each
+            while tasks:
+                ready, _ = ray.wait([t.stream for t in tasks], num_returns=len(tasks), timeout=0)
                 if not ready:  # wait here, not inside Ray: a SIGTERM's exit raised in Ray's wait comes out as exit 1
                     time.sleep(WAIT_S)
-                for ref in ready:
-                    target, sent = pending.pop(ref)
-                    done[target] = self._take(call, target, ref, sent)
+                for task in [t for t in tasks if any(t.stream is r for r in ready)]:
+                    try:
+                        entry = self._follow(call, task)
+                    except LostTask as lost:
+                        tasks.remove(task)
+                        if task.target in resent:
+                            done[task.target] = self._failed(call, task, f"{lost}, a second time")
+                        else:
+                            resent.append(task.target)
+                            tasks.append(self._resend(call, sender, task, str(lost)))
+                        continue
+                    if entry is not None:
+                        tasks.remove(task)
+                        done[task.target] = entry
         finally:
             self._stop(logs, call.out_dir)
         return [done[t] for t in call.targets if t in done]
@@ -331,27 +504,64 @@ class RayEngine:
                             hint="suite run --ray --resume continues it; --resume --restart TARGET starts it anew")
         return done, todo
 
-    def _job(self, call: SuiteCall, target: str, start_ref: str) -> Job:
-        """A new run (the shared bundle, filled in by the caller) or a run to resume: its refs, a
-        bundle of them and of the start, and its records."""
-        root, run_id = call.root, run_id_of(target)
-        refs = {start_ref: call.start_sha}
-        if existing_run(root, target) is None:
-            return Job(target, refs, None, None)
-        refs.update(run_refs(root, run_id, branch_of(target)))
-        bundle = self.ray.put(make_bundle(root, list(refs)))
-        return Job(target, refs, bundle, pack({RUN_FOLDER: st.run_dir(root, run_id)}))
+    def _follow(self, call: SuiteCall, task: Task) -> dict | None:
+        """The next item of a task's stream taken in: a checkpoint (None: the run goes on) or the
+        result (the run's entry). A task lost with its process or node raises `LostTask`."""
+        try:
+            item = self.ray.get(next(task.stream))
+        except StopIteration:
+            return self._failed(call, task, "its stream ended with no result")
+        except lost_errors(self.ray) as exc:
+            raise LostTask(type(exc).__name__) from exc
+        except self.ray.exceptions.RayError as exc:
+            return self._failed(call, task, type(exc).__name__)
+        if isinstance(item, Checkpoint):
+            self._checkpoint(call, task, item)
+            return None
+        entry = self._take(call, task.target, item, task.refs)
+        return {**entry, "lost_task": task.lost} if task.lost and "error" not in entry else entry
 
-    def _take(self, call: SuiteCall, target: str, ref, sent: dict[str, str]) -> dict:
+    def _resend(self, call: SuiteCall, sender: Sender, task: Task, lost: str) -> Task:
+        """A lost task's run sent again: resumed from its last checkpoint here, or from the start."""
+        call.log(f"[ray] {task.target}: the task on {task.node} was lost ({lost}); sending it again "
+                 + (f"to resume from iteration {task.checkpoint}, the last checkpoint that came back"
+                    if task.checkpoint >= 0 else "from the start: no checkpoint had come back"))
+        reason = (f"the Ray task on {task.node} was lost ({lost}) "
+                  + (f"after iteration {task.checkpoint} had come back; resumed from it" if task.checkpoint >= 0
+                     else "before a checkpoint had come back; started again") + " in a new task")
+        return sender.send(task.target, lost=reason)
+
+    def _failed(self, call: SuiteCall, task: Task, why: str) -> dict:
+        """The entry of a task that failed: what of its run is here (the last checkpoint) and what
+        the next `--resume` does with it."""
+        run_id = run_id_of(task.target)
+        kept = (f"its checkpoint of iteration {task.checkpoint} is here, and suite run --ray --resume goes on from it"
+                if task.checkpoint >= 0 else "nothing of its run came back: suite run --ray --resume starts it anew")
+        call.log(f"[ray] {task.target}: the task failed ({why}); {kept}")
+        entry = {"schema": ENTRY_SCHEMA, "run": run_id, "target": task.target, "error": f"the Ray task failed ({why}): {kept}"}
+        atomic_write_text(call.out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        return entry
+
+    def _checkpoint(self, call: SuiteCall, task: Task, checkpoint: Checkpoint) -> None:
+        """A checkpoint taken into the repository as a result is (its refs only where they did not
+        move here since the task last left them), so that a driver killed next leaves it here."""
+        root, run_id, t0 = call.root, run_id_of(task.target), time.monotonic()
+        task.node = checkpoint.node
+        refused = take_refs(root, checkpoint.refs, checkpoint.bundle, task.refs)
+        if refused:
+            call.log(f"[ray] {task.target}: the checkpoint of iteration {checkpoint.iteration} was not taken "
+                     f"({'; '.join(refused)})")
+            return
+        unpack(checkpoint.archive, RUN_FOLDER, st.run_dir(root, run_id), replace=True)
+        rehome(root, run_id)
+        task.refs, task.checkpoint = checkpoint.refs, checkpoint.iteration
+        call.log(f"[ray] {task.target}: iteration {checkpoint.iteration} checkpointed from {checkpoint.node} "
+                 f"(task pid {checkpoint.pid}): bundle {len(checkpoint.bundle or b'') / 1024:.0f} KiB, "
+                 f"records {len(checkpoint.archive) / 1024:.0f} KiB, taken in {time.monotonic() - t0:.2f} s")
+
+    def _take(self, call: SuiteCall, target: str, result: TaskResult, sent: dict[str, str]) -> dict:
         """A task's result brought into the repository and the output folder; its entry."""
         root, run_id = call.root, run_id_of(target)
-        try:
-            result: TaskResult = self.ray.get(ref)
-        except self.ray.exceptions.RayError as exc:  # the task or its node died: nothing of the run came back
-            call.log(f"[ray] {target}: the task failed, nothing came back: {type(exc).__name__}")
-            return {"schema": ENTRY_SCHEMA, "run": run_id, "target": target,
-                    "error": f"the Ray task failed and returned nothing ({type(exc).__name__}): "
-                             "suite run --ray --resume starts it anew"}
         for line in result.log:
             call.log(f"[{result.node}] {line}")
         t0 = time.monotonic()
