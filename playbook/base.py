@@ -32,6 +32,8 @@ RECIPE_MODULES = (
     "playbook.cutile.grouped", "playbook.cutile.tf32", "playbook.cutile.gather_to_tma", "playbook.cutile.row_chunks",
     "playbook.tilelang.block_size", "playbook.tilelang.num_stages", "playbook.tilelang.threads",
     "playbook.tilelang.swizzle", "playbook.tilelang.pass_configs",
+    "playbook.cuda.threads_per_block", "playbook.cuda.vectorize", "playbook.cuda.warp_shuffle", "playbook.cuda.restrict",
+    "playbook.cuda.grid_stride", "playbook.cuda.launch_bounds", "playbook.cuda.unroll",
 )
 
 

@@ -13,7 +13,7 @@ from playbook.base import page_path, page_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO_ROOT / "playbook"
-LANGUAGES = ("triton", "cutile", "tilelang")
+LANGUAGES = ("triton", "cutile", "tilelang", "cuda")
 
 
 def module_of(recipe) -> str:
