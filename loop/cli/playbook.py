@@ -15,6 +15,7 @@ from pathlib import Path
 import playbook
 from loop.cli.common import common, emit
 from loop.common.errors import UserError
+from loop.common.language import language_of_file
 from loop.records import gitops
 from loop.run import levers
 from loop.run.experiment import open_run
@@ -65,8 +66,10 @@ def _read(target: str, args) -> tuple[str, Analysis]:
     if not path.is_file():
         raise UserError(f"target {target} does not exist", hint="name a kernel file: tileloop playbook plan <target>")
     src = path.read_text()
+    language = language_of_file(path.name, src)  # a CUDA C target is read from its parse tree, never as Python
     try:
-        an = analyze(src, backend=args.backend, arch=args.arch, entry=tuple(args.entry or entry_beside(path)))
+        an = analyze(src, backend=args.backend, arch=args.arch, entry=tuple(args.entry or entry_beside(path)),
+                     language=language)
     except SyntaxError as exc:
         raise UserError(f"target {target} does not parse: line {exc.lineno}: {exc.msg}") from None
     return src, an
