@@ -53,8 +53,10 @@ class LaunchBounds(PatternRecipe):
                     f"{name}: ptxas told the block has {value} threads, so it may give each thread up to "
                     f"{min(255, 65536 // value)} registers without risking a failed launch; expect 0-5%, more "
                     "where registers spilled", code))
-            elif len(bounds.named_children) == 1 and value <= THREADS_PER_SM // 2:
-                blocks = THREADS_PER_SM // value
+            elif len(bounds.named_children) == 1 and \
+                    (limit := ct.int_value(t.cs, bounds.named_children[0], t.constants) or 0) and \
+                    limit <= THREADS_PER_SM // 2:
+                value, blocks = limit, THREADS_PER_SM // limit
                 at = bounds.named_children[0].end_byte
                 code = ct.apply(t.cs, [ct.Edit(at, at, f", {blocks}")])
                 out.append(Candidate(
@@ -63,6 +65,9 @@ class LaunchBounds(PatternRecipe):
                     f"{name}: {blocks} blocks of {value} threads resident per SM asked of ptxas, capping registers "
                     f"at {65536 // THREADS_PER_SM} per thread: more warps to hide memory latency; expect a gain on a "
                     "latency-bound kernel, a loss where the cap makes registers spill", code, tier=1))
+            elif len(bounds.named_children) == 1:
+                reasons.append(f"{name}'s __launch_bounds__ maximum is not a number this recipe reads, or leaves no "
+                               "room for a second resident block")
             else:
                 reasons.append(f"{name} already has __launch_bounds__ with its minimum blocks per SM")
         return proposed(out, reasons, "no kernel on solve's path")
