@@ -60,7 +60,7 @@ def test_every_recipe_is_registered_with_id_title_languages_and_a_page():
     assert set(NEW_RECIPES) <= set(ids)
     for r in playbook.recipes():
         assert r.title and isinstance(r.title, str)
-        assert r.languages and set(r.languages) <= {"triton", "cutile", "tilelang"}
+        assert r.languages and set(r.languages) <= {"triton", "cutile", "tilelang", "cuda"}
         page = page_path(r)
         assert page.is_file(), f"no page for {r.id}"
         text = page.read_text()
