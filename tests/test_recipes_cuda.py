@@ -315,6 +315,12 @@ def test_what_makes_each_recipe_say_no():
                                                     "__restrict__ would be false")
     mixed = first_version("vector_add").read_text().replace("const float* y", "const double* y")
     assert attempt("cuda-vectorize", mixed)[1] == "vector_add_kernel: the loop body mixes element types (double, float)"
+    table = first_version("vector_add").read_text().replace("out[i] = x[i] + y[i];", "out[i] = x[i] + y[i] * w[i];")
+    table = table.replace("#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n__constant__ float w[4096];\n")
+    assert attempt("cuda-vectorize", table)[1] == ("vector_add_kernel: w[i] indexes w, no pointer parameter, with the "
+                                                   "loop's index")
+    alias = first_version("vector_add").read_text().replace("out[i] = x[i] + y[i];", "const float* z = x; out[i] = z[i];")
+    assert attempt("cuda-vectorize", alias)[1] == "vector_add_kernel: the loop body uses the pointer x other than as x[i]"
     late = first_version("vector_add").read_text().replace("        out[i] = x[i] + y[i];\n    }\n",
                                                            "        out[i] = x[i] + y[i];\n    }\n    out[0] = i;\n")
     assert attempt("cuda-grid-stride", late)[1] == "vector_add_kernel: its index i is read after the guard"

@@ -68,7 +68,8 @@ def element_loop(cs: ct.CSource, fn: ct.Function) -> ElementLoop:
             stride = _squash(cs, s.child_by_field_name("update"))
             if init is None:  # `for (; i < n; i += ...)` over an index declared before
                 var = next((v for v in index if stride in (f"{v}+={x}" for x in STRIDES)), "")
-            if (var in index and init is None or decl is not None and _is_global(cs, decl.child_by_field_name("value"))) \
+            indexed = var in index and init is None
+            if (indexed or decl is not None and _is_global(cs, decl.child_by_field_name("value"))) \
                     and stride in (f"{var}+={x}" for x in STRIDES):
                 cond, bound = _bound(cs, s.child_by_field_name("condition"), var)
                 if cond is not None:

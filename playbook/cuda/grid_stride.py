@@ -41,7 +41,7 @@ class GridStride(PatternRecipe):
                        else None)
                    or ("its index is declared const" if "const" in t.cs.text(loop.decl).split("=")[0].split()
                        else None)
-                   or next((f"a launch's grid is a dim3" for launch in launches if dim3_grid(t.cs, launch)), None))
+                   or next(("a launch's grid is a dim3" for launch in launches if dim3_grid(t.cs, launch)), None))
             if why:
                 reasons.append(f"{name}: {why}")
                 continue

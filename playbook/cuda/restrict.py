@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from loop.common import cuda_tree as ct
 from playbook.analysis import Analysis
-from playbook.cst.source import Skip
 from playbook.cuda.sites import Target, pointers, read, written
 from playbook.recipe import Candidate, PatternRecipe, proposed, register
 
@@ -52,7 +51,8 @@ class Restrict(PatternRecipe):
                     consted.append(p.name)
                 if not p.restrict:
                     spaced = t.cs.data[p.star.end_byte:p.star.end_byte + 1].isspace()
-                    edits.append(ct.Edit(p.star.end_byte, p.star.end_byte, " __restrict__" if spaced else "__restrict__ "))
+                    text = " __restrict__" if spaced else "__restrict__ "
+                    edits.append(ct.Edit(p.star.end_byte, p.star.end_byte, text))
                     restricted.append(p.name)
             if not edits:
                 reasons.append(f"{name}: every pointer is already __restrict__ and const where only read")

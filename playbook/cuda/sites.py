@@ -15,9 +15,6 @@ from loop.common.errors import UserError
 from playbook.analysis import Analysis
 from playbook.cst.source import Skip
 
-HOST_TYPES = ("int", "unsigned", "unsigned int", "size_t", "const int", "constexpr int", "const unsigned")
-
-
 @dataclass(frozen=True)
 class Target:
     """A parsed target: its source, what `solve` reaches, and the kernels a recipe may change."""

@@ -50,6 +50,10 @@ def _accesses(t: Target, fn: ct.Function, loop: ElementLoop) -> tuple[dict[str, 
             if parent.type in ("assignment_expression", "update_expression") and \
                     (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == n:
                 stored.add(name)
+        elif n.type == "subscript_expression" and loop.var in {cs.text(i) for i in ct.walk(n)
+                                                               if i.type == "identifier"}:
+            raise Skip(f"{fn.name}: {cs.text(n)} indexes {cs.text(n.child_by_field_name('argument'))}, no pointer "
+                       "parameter, with the loop's index")
         elif n.type == "identifier" and cs.text(n) in params and n.parent.type != "subscript_expression":
             raise Skip(f"{fn.name}: the loop body uses the pointer {cs.text(n)} other than as {cs.text(n)}[{loop.var}]")
         elif n.type == "identifier" and cs.text(n) == loop.var and n.parent.type != "subscript_argument_list":

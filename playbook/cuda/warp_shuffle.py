@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from loop.common import cuda_tree as ct
 from playbook.analysis import Analysis
-from playbook.cuda.sites import Target, block_site, read
+from playbook.cuda.sites import block_site, read
 from playbook.recipe import Candidate, PatternRecipe, proposed, register
 
 COMBINE = {"fmaxf": "INFINITY", "fmax": "INFINITY", "max": "INFINITY", "fminf": "INFINITY", "fmin": "INFINITY",
@@ -193,7 +193,8 @@ class WarpShuffle(PatternRecipe):
             odd = [s.value for s in (block_site(t, launch) for launch in t.launches_of(name))
                    if s is not None and s.value % 32]
             if odd:
-                reasons.append(f"{name} is launched with {odd[0]} threads, not a multiple of 32: whole warps are needed")
+                reasons.append(f"{name} is launched with {odd[0]} threads, not a multiple of 32: whole warps are "
+                               "needed")
                 continue
             v = _fresh(t.cs, fn, "warp_v")
             edits = []
