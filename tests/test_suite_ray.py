@@ -170,10 +170,11 @@ def test_after_a_driver_kill_resume_sends_what_came_back_and_starts_the_rest(tmp
         RayEngine()._plan(SuiteCall(**{**call.__dict__, "resume": False}))
 
 
-def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster(kernel_repo):
-    """SIGTERM to `suite run --ray` while a task's run is going: the suite exits as without --ray
-    (143), no tileloop of the run is left in the task's clone, the local cluster is stopped with its
-    logs kept; nothing of the run came back (the next --resume starts it anew)."""
+def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster_and_keeps_their_checkpoints(kernel_repo):
+    """SIGTERM to `suite run --ray` once its run's first checkpoint (the baseline) came back: the
+    suite exits as without --ray (143), no tileloop of the run is left in the task's clone, the local
+    cluster is stopped with its logs kept; the checkpoint is in the repository, whole (the records as
+    sealed, every commit they name, the branch), and `--resume` sends the run with it."""
     import os
     import signal
     import subprocess
@@ -183,20 +184,25 @@ def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster(kernel_repo):
     from pathlib import Path
 
     from loop.measure.launch import with_package_path
+    from loop.records import gitops
+    from loop.suite.engines import SuiteCall
+    from loop.suite.ray_engine import RayEngine, Sender, sealed_state
     from tests.conftest import git
 
-    cmd = [sys.executable, "-m", "loop", "suite", "run", "kernels/vector_add/vector_add_triton.py", "--device", "cpu",
-           "--max-iters", "1", "--archs", "sm_90", "--ray"]
+    target, run = "kernels/vector_add/vector_add_triton.py", "suite-vector-add-triton"
+    cmd = [sys.executable, "-m", "loop", "suite", "run", target, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90",
+           "--ray"]
     proc = subprocess.Popen(cmd, cwd=kernel_repo, env=with_package_path(dict(os.environ)), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    clones = Path(tempfile.gettempdir())  # the tasks' clones: a local cluster's workers share this environment
+    run_dir = kernel_repo / "sandbox" / run
     deadline = time.monotonic() + 300
-    while not list(clones.glob("tileloop-task-*/repo/sandbox/suite-vector-add-triton/state.json")):
+    while not (run_dir / "state.json").is_file():  # the baseline's checkpoint, taken into this repository
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "slow"
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    clones = Path(tempfile.gettempdir())  # the tasks' clones: a local cluster's workers share this environment
 
     def in_a_clone(pid: str) -> bool:
         try:
@@ -207,8 +213,28 @@ def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster(kernel_repo):
     time.sleep(2)  # the cluster's workers take their children with them
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and in_a_clone(pid)]
     assert (kernel_repo / "sandbox" / "suite" / "ray-logs").is_dir()
-    assert not (kernel_repo / "sandbox" / "suite-vector-add-triton").exists()
-    assert git(kernel_repo, "branch", "--list", "tileloop/suite-vector-add-triton") == ""
+    assert "checkpointed from" in err and not (kernel_repo / "sandbox" / "suite" / f"{run}.json").exists()
+    refs = {ref: sha for ref, sha in (line.split() for line in git(
+        kernel_repo, "for-each-ref", "--format=%(refname) %(objectname)", f"refs/heads/tileloop/{run}", f"refs/tileloop/{run}/").splitlines())}
+    state = sealed_state(kernel_repo, run, refs, f"tileloop/{run}")  # as the run sealed it, the branch at its tip
+    assert state is not None and state["last_iteration"] >= 0, err[-3000:]
+    recs = _records(run_dir / "results.jsonl")
+    assert [r.iteration for r in recs] == list(range(state["last_iteration"] + 1))
+    for r in recs:
+        assert git(kernel_repo, "cat-file", "-t", r.commit).strip() == "commit"
+    assert gitops.ref_sha(kernel_repo, f"refs/heads/tileloop/{run}") == refs[f"refs/heads/tileloop/{run}"]
+    # the next `suite run --ray --resume` sends the run with its checkpoint, not from the start
+    call = SuiteCall(root=kernel_repo, start_branch=git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip(),
+                     start_sha=git(kernel_repo, "rev-parse", "HEAD").strip(), targets=(target,),
+                     out_dir=kernel_repo / "sandbox" / "suite", per_run_s=None, extra=("--device", "cpu"), resume=True,
+                     killed_here=None, log=print)
+    assert RayEngine()._plan(call) == ({}, [target])
+
+    class Store:  # Ray's object store, as the sender uses it
+        put = staticmethod(lambda data: data)
+
+    job = Sender(Store, call, None, ("t", "t@t")).job(target)
+    assert job.records is not None and {ref: job.refs[ref] for ref in refs} == refs
 
 
 def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path, clean_env, tmp_path_factory, capsys):

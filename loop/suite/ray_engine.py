@@ -18,7 +18,7 @@ While the run goes on, the task checkpoints it: each time an iteration is sealed
 then stand (read twice, taken only where nothing moved meanwhile) as one item of the task's stream
 (a Ray streaming generator: the driver owns the items and reads them in order as they come, with
 no actor or store of its own to keep alive). The driver takes each into the repository at once, as
-it takes a result. A task lost with its process or its node (the errors in `LOST`) is sent again
+it takes a result. A task lost with its process or its node (`lost_errors`) is sent again
 once per suite call, as a resume from the last checkpoint that came back (from the start if none
 did): no finished iteration is lost or run twice, and the interrupted one is recorded once, as
 `tileloop resume` records it. A second loss leaves the run as it came back, its entry saying so.
@@ -80,6 +80,9 @@ OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and 
 TASK_OUT = "suite"  # under a task clone's sandbox/: the run's entry and files before they travel
 WAIT_S = 1.0  # between looks at the tasks' streams
 CHECK_S = 0.5  # between a task's looks at its run's records for a newly sealed iteration
+CLONE_PREFIX = "tileloop-task-"  # a task's clone, in its node's temporary folder
+PID_FILE = "task.pid"  # in a task's clone: the task's process, so that a later task removes a lost one's clone
+INCOMING = ".incoming"  # under sandbox/: a run's records made ready there, then swapped in
 ABSENT = "0" * 40  # `git update-ref REF NEW OLD` with this OLD: REF must not exist yet
 
 
@@ -195,38 +198,63 @@ def unpack(archive: bytes, name: str, dest: Path, replace: bool) -> bool:
         got = Path(tmp) / name
         if not got.is_dir():
             return False
+        if replace and dest.exists():
+            shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if not (replace and dest.exists()):
-            shutil.copytree(got, dest, dirs_exist_ok=True)
-            return True
-        # beside `dest` first, then swapped in: a kill meanwhile leaves the records there whole
-        new, old = dest.with_name(f".{dest.name}.new"), dest.with_name(f".{dest.name}.old")
-        for leftover in (new, old):
-            if leftover.exists():
-                shutil.rmtree(leftover)
-        shutil.copytree(got, new)
-        dest.rename(old)
-        new.rename(dest)
-        shutil.rmtree(old)
+        shutil.copytree(got, dest, dirs_exist_ok=True)
     return True
 
 
-def rehome(root: Path, run_id: str) -> None:
-    """A run's records moved into repository `root`: its snapshot of the git files (which the run
-    puts back before each step) taken again from `root`'s, as a run's start takes it, so that the
-    repository it now lives in keeps its own hooks and configuration. Nothing of kernel code ran here."""
-    if not st.state_path(root, run_id).is_file():
+def rehome(root: Path, run_id: str, at: Path | None = None) -> None:
+    """A run's records moved into repository `root` (kept under `at`'s sandbox/, else `root`'s):
+    its snapshot of the git files (which the run puts back before each step) taken again from
+    `root`'s, as a run's start takes it, so that the repository it now lives in keeps its own hooks
+    and configuration. Nothing of kernel code ran here."""
+    at = at or root
+    if not st.state_path(at, run_id).is_file():
         return
-    state = st.load(root, run_id)
-    snap = st.run_dir(root, run_id) / GIT_SNAPSHOT
+    state = st.load(at, run_id)
+    snap = st.run_dir(at, run_id) / GIT_SNAPSHOT
     if snap.exists():
         shutil.rmtree(snap)
     git_files.snapshot_git_dir(root, snap)
     state.records_seal = {**state.records_seal, GIT_SNAPSHOT: git_files.git_dir_digest(snap)}
-    st.save(root, state)
+    st.save(at, state)
 
 
-# ------------------------------------------------------------------ the task (on a node)
+def take_records(root: Path, run_id: str, archive: bytes) -> None:
+    """The run's records in `archive` put in repository `root` whole: unpacked and rehomed beside
+    its `sandbox/<run>/` first, then swapped in for it, so that a kill meanwhile leaves the records
+    there as they were or as they came, never a mix."""
+    stage = root / st.SANDBOX / INCOMING / run_id  # its sandbox/<run>/ is the run's folder to be
+    if stage.exists():
+        shutil.rmtree(stage)
+    unpack(archive, RUN_FOLDER, st.run_dir(stage, run_id), replace=False)
+    rehome(root, run_id, at=stage)
+    dest = st.run_dir(root, run_id)
+    if dest.exists():
+        dest.rename(stage / "replaced")
+    st.run_dir(stage, run_id).rename(dest)
+    shutil.rmtree(stage)
+    with contextlib.suppress(OSError):  # another run's records may be on their way there
+        stage.parent.rmdir()
+
+
+@contextlib.contextmanager
+def sigterm_held():
+    """A SIGTERM that comes while the driver takes something in held until it is whole, then
+    handled as it would have been (the suite's handler ends the suite)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if got:
+            signal.raise_signal(signal.SIGTERM)
 
 
 def sealed_state(root: Path, run_id: str, refs: dict[str, str], branch: str) -> dict | None:
@@ -284,14 +312,34 @@ def take_checkpoint(repo: Path, spec: TaskInput, after: int) -> Checkpoint | Non
                       refs=refs, bundle=bundle, archive=archive)
 
 
+def sweep_clones() -> list[Path]:
+    """The clones this node's lost tasks left in its temporary folder (their process died before
+    they could remove them), removed; a clone whose task is alive, or says no process, stays."""
+    swept = []
+    for clone in Path(tempfile.gettempdir()).glob(f"{CLONE_PREFIX}*"):
+        try:
+            pid = int((clone / PID_FILE).read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(clone, ignore_errors=True)
+            swept.append(clone)
+        except (OSError, ValueError):  # no pid yet, not ours, or alive under another user
+            continue
+    return swept
+
+
 def run_task(spec: TaskInput, bundle: bytes, records: bytes | None):
     """One target's run in a clone of its own made from `bundle` (with `records`, the run's
     `sandbox/<run>/` to resume): a stream of a `Checkpoint` per iteration sealed while it runs, then
     the `TaskResult` of the run when it ends, whichever way it ends."""
     run_id, branch = run_id_of(spec.target), branch_of(spec.target)
     lines: list[str] = []
-    work = Path(tempfile.mkdtemp(prefix="tileloop-task-"))
+    swept = sweep_clones()
+    work = Path(tempfile.mkdtemp(prefix=CLONE_PREFIX))
+    (work / PID_FILE).write_text(f"{os.getpid()}\n")
     children = Children()
+    if swept:
+        lines.append(f"removed the clones of {len(swept)} task(s) whose process died: " + ", ".join(p.name for p in swept))
     try:
         repo = work / "repo"
         repo.mkdir()
@@ -321,7 +369,10 @@ def run_task(spec: TaskInput, bundle: bytes, records: bytes | None):
         sent = last_sealed(repo, run_id)  # what came with the task is the driver's already
         while runner.is_alive():
             runner.join(CHECK_S)
-            checkpoint = take_checkpoint(repo, spec, sent) if runner.is_alive() else None
+            try:
+                checkpoint = take_checkpoint(repo, spec, sent) if runner.is_alive() else None
+            except (OSError, subprocess.CalledProcessError):  # git or a file busy meanwhile: looked at again later
+                checkpoint = None
             if checkpoint is not None:
                 sent = checkpoint.iteration
                 yield checkpoint
@@ -515,10 +566,11 @@ class RayEngine:
             raise LostTask(type(exc).__name__) from exc
         except self.ray.exceptions.RayError as exc:
             return self._failed(call, task, type(exc).__name__)
-        if isinstance(item, Checkpoint):
-            self._checkpoint(call, task, item)
-            return None
-        entry = self._take(call, task.target, item, task.refs)
+        with sigterm_held():  # a SIGTERM now ends the suite once what came back is in whole
+            if isinstance(item, Checkpoint):
+                self._checkpoint(call, task, item)
+                return None
+            entry = self._take(call, task.target, item, task.refs)
         return {**entry, "lost_task": task.lost} if task.lost and "error" not in entry else entry
 
     def _resend(self, call: SuiteCall, sender: Sender, task: Task, lost: str) -> Task:
@@ -552,8 +604,7 @@ class RayEngine:
             call.log(f"[ray] {task.target}: the checkpoint of iteration {checkpoint.iteration} was not taken "
                      f"({'; '.join(refused)})")
             return
-        unpack(checkpoint.archive, RUN_FOLDER, st.run_dir(root, run_id), replace=True)
-        rehome(root, run_id)
+        take_records(root, run_id, checkpoint.archive)
         task.refs, task.checkpoint = checkpoint.refs, checkpoint.iteration
         call.log(f"[ray] {task.target}: iteration {checkpoint.iteration} checkpointed from {checkpoint.node} "
                  f"(task pid {checkpoint.pid}): bundle {len(checkpoint.bundle or b'') / 1024:.0f} KiB, "
@@ -573,8 +624,7 @@ class RayEngine:
             entry["error"] = f"its refs were not taken ({'; '.join(refused)}); what it returned is in {kept.name}"
             call.log(f"[ray] {target}: {entry['error']}")
         else:
-            unpack(result.archive, RUN_FOLDER, st.run_dir(root, run_id), replace=True)
-            rehome(root, run_id)
+            take_records(root, run_id, result.archive)
             unpack(result.archive, OUT_FOLDER, call.out_dir, replace=False)
             call.log(f"[ray] {target}: came back from {result.node}: bundle {len(result.bundle or b'') / 1024:.0f} KiB, "
                      f"records {len(result.archive) / 1024:.0f} KiB, taken in {time.monotonic() - t0:.2f} s")
