@@ -3,13 +3,15 @@ matmul and vector_add found by their names, wherever their folder keeps them), e
 differing from its source in the one line of its one variable, every value of a sweep likewise; the
 bounds the sweeps keep; the forms a recipe reads besides the first versions' (literals, a missing
 keyword, an existing swizzle or pass config); the TileLang kernel classes and their priority table;
-and `playbook plan`'s explanations. Source-level only: tilelang itself is never imported."""
+and `playbook plan`'s explanations. Source-level, tilelang never imported; only the slow tier builds each
+candidate with TileLang for sm_90 and sm_100 (skipped, with the reason, where TileLang cannot be imported)."""
 
 from __future__ import annotations
 
 import ast
 import difflib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 
 import playbook
 from loop.cli import main
+from loop.common import tilelang_install
 from playbook.analysis import TILELANG_PRIORITY, analyze
 from playbook.base import ranked
 from playbook.tilelang.budget import SMEM_LIMIT, Tile
@@ -367,3 +370,28 @@ def test_the_reading_follows_the_compile_call_to_the_module_constants():
     (kernel,) = program.kernels.values()
     assert kernel.compile_call is not None
     assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "THREADS"} <= set(program.constants)
+
+
+# ------------------------------------------------------------------------------------ built (slow tier)
+
+FIRST_CANDIDATES = [(op, key) for op in ("matmul", "vector_add") for (o, _), rows in GOLDEN.items() if o == op
+                    for key, *_ in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not tilelang_install.status()["importable"],
+                    reason=f"tilelang: {tilelang_install.status()['reason']} (CI installs the extra)")
+@pytest.mark.parametrize("op,key", FIRST_CANDIDATES, ids=[key for _, key in FIRST_CANDIDATES])
+def test_every_candidate_builds_for_sm_90_and_sm_100(op, key, tmp_path, capsys):
+    """`tileloop compile --json` (the compile gate's worker) on each candidate of each first version, with its spec."""
+    target = first_version(op)
+    an = analyze(target.read_text())
+    (cand,) = [c for r in playbook.recipes() if "tilelang" in r.languages and r.applies(an)
+               for c in r.candidates(target.read_text(), an) if c.key == key]
+    folder = tmp_path / op
+    shutil.copytree(target.parent, folder)
+    (folder / target.name).write_text(cand.source)
+    assert main(["compile", str(folder / target.name), "--arch", "sm_90,sm_100", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["ok"], payload["message"]
+    assert {r["arch"] for r in payload["kernels"]} == {"sm_90", "sm_100"} and all(r["ok"] for r in payload["kernels"])
