@@ -1,11 +1,15 @@
 """`tileloop suite run --ray` on a local Ray cluster (CPU, Triton interpreter): each run a Ray task in
 a clone of its own made from a bundle; its branch, refs and records come back into the repository
 as a local run leaves them; a run killed part-way goes on with `--resume` from its last finished
-iteration, in a new task, from the records that came back. Node death is not simulated here."""
+iteration, in a new task, from the records that came back; each sealed iteration comes back while
+the run goes on (a checkpoint), and a task whose worker process is killed is sent again once as a
+resume from its last checkpoint. A node's death (the same path, by another Ray error) is not
+simulated here."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import pytest
@@ -246,7 +250,9 @@ def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path,
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
+    from pathlib import Path
 
     from loop.measure.launch import with_package_path
     from tests.conftest import git
@@ -267,7 +273,10 @@ def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path,
         assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
         time.sleep(0.2)
     came_back = (tmp_path / "sandbox" / run / "results.jsonl").read_text()  # the checkpoint, in this repository
-    os.kill(int(found[0].group(2)), signal.SIGKILL)  # the task's worker process, and with it the run's tileloop
+    pid = found[0].group(2)
+    [clone] = [c for c in Path(tempfile.gettempdir()).glob("tileloop-task-*")
+               if (c / "task.pid").is_file() and (c / "task.pid").read_text().strip() == pid]
+    os.kill(int(pid), signal.SIGKILL)  # the task's worker process, and with it the run's tileloop
     out, _ = proc.communicate(timeout=240)
     said = err_path.read_text()
     assert proc.returncode == 0, said[-3000:]
@@ -288,6 +297,16 @@ def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path,
     assert main(["history", "--run", run, "--json"]) == 0  # from git alone, in this repository
     assert [row["status"] for row in json.loads(capsys.readouterr().out)["rows"]] == [r.status for r in recs]
     assert git(tmp_path, "rev-parse", "HEAD").strip() == start and git(tmp_path, "status", "--porcelain") == ""
+    # the lost task's run died with it, and the task sent again removed the clone it left
+    assert not clone.exists()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cwd(p).startswith(str(clone))]
+
+
+def _cwd(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:  # gone meanwhile, or not ours to read
+        return ""
 
 
 def _records_text(text: str) -> list[str]:
