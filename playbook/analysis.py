@@ -194,7 +194,8 @@ class Analysis:
             return [f"matrix product: calls {named(dots)}"]
         out = [f"no matrix product ({'T.gemm in any form' if tilelang else ', '.join(sorted(dots))})"]
         if self.kernel_class == "element-wise":
-            return out + [f"no reduction ({'T.reduce_*, T.warp_reduce_*' if tilelang else ', '.join(sorted(reductions))})"]
+            named_reductions = "T.reduce_*, T.warp_reduce_*" if tilelang else ", ".join(sorted(reductions))
+            return out + [f"no reduction ({named_reductions})"]
         out.append(f"reduction: calls {named(reductions)}")
         if self.kernel_class == "norm-like":
             return out + [f"normalisation: calls {named(NORM_HINTS)}"]

@@ -27,7 +27,8 @@ from playbook.tilelang.budget import SMEM_LIMIT, Tile
 from playbook.tilelang.program import read
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ("tilelang-block-size", "tilelang-num-stages", "tilelang-threads", "tilelang-swizzle", "tilelang-pass-configs")
+RECIPES = ("tilelang-block-size", "tilelang-num-stages", "tilelang-threads", "tilelang-swizzle",
+           "tilelang-pass-configs")
 
 
 def first_version(op: str) -> Path:
@@ -118,7 +119,8 @@ def test_every_rewrite_and_every_swept_value_parses_and_changes_one_line(op):
         if "tilelang" not in recipe.languages or not recipe.applies(an):
             continue
         for cand in recipe.candidates(source, an):
-            versions = [(cand.key, cand.source)] + [(v.key, v.source) for v in (cand.sweep.values if cand.sweep else ())]
+            swept = cand.sweep.values if cand.sweep else ()
+            versions = [(cand.key, cand.source)] + [(v.key, v.source) for v in swept]
             for key, rewritten in versions:
                 ast.parse(rewritten)
                 lines = changed(source, rewritten)

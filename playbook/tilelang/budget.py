@@ -13,7 +13,7 @@ may have, and it spills.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from playbook.recipe import Candidate, with_sweep
 from playbook.tilelang.program import Kernel, Knob, Program, block_knobs, set_knob, stages_knob, threads_knob
@@ -36,7 +36,7 @@ class Tile:
     threads: int
 
     def with_value(self, name: str, value: int) -> "Tile":
-        return Tile(**{**self.__dict__, name: value})
+        return replace(self, **{name: value})
 
     def smem(self) -> int | None:
         """Bytes of shared memory the operand tiles take, None when a block size is not known."""

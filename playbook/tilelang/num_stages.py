@@ -72,7 +72,8 @@ class NumStages(PatternRecipe):
             raise Skip(f"{kernel.name}: no num_stages in {ADDED} fits shared memory")
 
         def code(v: int) -> str:
-            return checked(replace(program.module, {loop: lambda upd: add_kwarg(upd, "num_stages", cst.Integer(str(v)))}).code)
+            added = {loop: lambda upd: add_kwarg(upd, "num_stages", cst.Integer(str(v)))}
+            return checked(replace(program.module, added).code)
 
         label = f"{kernel.name} num_stages"
         cand = Candidate(self.id, "num_stages", f"{self.id}:{kernel.name}:num_stages={values[0]}",

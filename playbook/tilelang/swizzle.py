@@ -66,7 +66,8 @@ class Swizzle(PatternRecipe):
         if knob is None:
             raise Skip(f"{kernel.name}: T.use_swizzle's panel_size is not stated as an integer")
         values = [v for v in PANELS if v != knob.value]
-        return step(self.id, "grouped-ordering", program, knob, values, HYPOTHESIS.format(old=knob.value, new=values[0]),
+        return step(self.id, "grouped-ordering", program, knob, values,
+                    HYPOTHESIS.format(old=knob.value, new=values[0]),
                     HYPOTHESIS.format(old=knob.value, new="{" + ",".join(map(str, values)) + "}"))
 
     def _added(self, program: Program, kernel: Kernel, frame: cst.Call) -> Candidate:

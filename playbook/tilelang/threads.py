@@ -87,7 +87,8 @@ class Threads(PatternRecipe):
         why = self._rule(program, kernel, new)
         if why:
             raise Skip(f"{kernel.name}: threads {DEFAULT_THREADS} (default) -> {new} breaks the warp-count rule: {why}")
-        code = checked(replace(program.module, {frame: lambda upd: add_kwarg(upd, "threads", cst.Integer(str(new)))}).code)
+        added = {frame: lambda upd: add_kwarg(upd, "threads", cst.Integer(str(new)))}
+        code = checked(replace(program.module, added).code)
         return Candidate(self.id, "num_warps", f"{self.id}:{kernel.name}:threads={new}",
                          f"{kernel.name} threads {DEFAULT_THREADS} (default) -> {new}",
                          hypothesis(DEFAULT_THREADS, new), code)
