@@ -190,7 +190,8 @@ def test_a_sigterm_to_the_driver_ends_its_runs_and_its_cluster_and_keeps_their_c
     from loop.measure.launch import with_package_path
     from loop.records import gitops
     from loop.suite.engines import SuiteCall
-    from loop.suite.ray_engine import RayEngine, Sender, sealed_state
+    from loop.suite.ray_engine import RayEngine, Sender
+    from loop.suite.ray_task import sealed_state
     from tests.conftest import git
 
     target, run = "kernels/vector_add/vector_add_triton.py", "suite-vector-add-triton"
@@ -311,3 +312,92 @@ def _cwd(pid: str) -> str:
 
 def _records_text(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
+
+
+class _FakeRay:
+    """Ray as the driver uses it, each task's stream scripted: an item is what the task yields, an
+    exception what Ray raises for it (a lost worker). No cluster is started."""
+
+    class exceptions:  # noqa: N801 (as Ray names it)
+        class RayError(Exception):
+            pass
+
+        class WorkerCrashedError(RayError):
+            pass
+
+        class NodeDiedError(RayError):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+    def __init__(self, streams: list[list]):
+        self.streams, self.sent = streams, []
+
+    def init(self, **kwargs):
+        return type("Context", (), {"address_info": {"session_dir": "/nonexistent"}})()
+
+    def shutdown(self):
+        pass
+
+    def cluster_resources(self):
+        return {"CPU": 1.0}
+
+    def put(self, data):
+        return data
+
+    def wait(self, streams, num_returns, timeout):
+        return list(streams), []
+
+    def get(self, item):
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def remote(self, fn):
+        fake = self
+
+        class Remote:
+            def options(self, **kwargs):
+                assert kwargs["num_returns"] == "streaming" and kwargs["max_retries"] == 0  # no rerun by Ray
+                return self
+
+            def remote(self, spec, bundle, records):
+                fake.sent.append((spec.target, records is not None))
+                return iter(fake.streams.pop(0))
+
+        return Remote()
+
+
+@pytest.mark.parametrize("second", ["lost", "result"])
+def test_a_lost_task_is_sent_again_once(kernel_repo, monkeypatch, second):
+    """The driver's part, Ray faked: a task lost before any checkpoint came back is sent again from
+    the start, once; lost again, its entry says so and what --resume does; else its entry says why
+    its first task was lost."""
+    import sys
+
+    from loop.suite.engines import SuiteCall
+    from loop.suite.ray_engine import RayEngine
+    from loop.suite.ray_task import TaskResult, pack
+    from tests.conftest import git
+
+    target, run = "kernels/vector_add/vector_add_triton.py", "suite-vector-add-triton"
+    lost = _FakeRay.exceptions
+    entry = {"schema": "tileloop.suite-entry/1", "run": run, "target": target, "iterations": 2}
+    result = TaskResult(target=target, node="n2", entry=entry, refs={}, bundle=None, archive=pack({}), log=[])
+    ray = _FakeRay([[lost.WorkerCrashedError("killed")], [lost.NodeDiedError("gone")] if second == "lost" else [result]])
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    said = []
+    call = SuiteCall(root=kernel_repo, start_branch=git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip(),
+                     start_sha=git(kernel_repo, "rev-parse", "HEAD").strip(), targets=(target,),
+                     out_dir=kernel_repo / "sandbox" / "suite", per_run_s=None, extra=("--device", "cpu"), resume=False,
+                     killed_here=None, log=said.append)
+    [got] = RayEngine().run(call, None)
+    assert ray.sent == [(target, False), (target, False)], said  # sent again once, from the start
+    assert any("was lost (WorkerCrashedError); sending it again from the start" in line for line in said), said
+    if second == "lost":
+        assert got["error"].startswith("the Ray task failed (NodeDiedError, a second time)"), got
+        assert "suite run --ray --resume starts it anew" in got["error"]
+    else:
+        assert "error" not in got and got["node"] == "n2" and "before a checkpoint had come back" in got["lost_task"]
+    assert json.loads((kernel_repo / "sandbox" / "suite" / f"{run}.json").read_text()) == got

@@ -140,7 +140,8 @@ class LostTask(Exception):
 
 
 def lost_errors(ray) -> tuple[type, ...]:
-    """Ray's errors for a task whose process or node died, or whose checkpoint went with them."""
+    """Ray's errors for a task whose process or node died, or whose checkpoint went with them
+    (ObjectLostError: OwnerDiedError among them)."""
     names = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError", "ObjectLostError")
     return tuple(getattr(ray.exceptions, name) for name in names if hasattr(ray.exceptions, name))
 
@@ -293,8 +294,7 @@ class RayEngine:
             if isinstance(item, Checkpoint):
                 self._checkpoint(call, task, item)
                 return None
-            entry = self._take(call, task.target, item, task.refs)
-        return {**entry, "lost_task": task.lost} if task.lost and "error" not in entry else entry
+            return self._take(call, task.target, item, task.refs, task.lost)
 
     def _resend(self, call: SuiteCall, sender: Sender, task: Task, lost: str) -> Task:
         """A lost task's run sent again: resumed from its last checkpoint here, or from the start."""
@@ -333,14 +333,15 @@ class RayEngine:
                  f"(task pid {checkpoint.pid}): bundle {len(checkpoint.bundle or b'') / 1024:.0f} KiB, "
                  f"records {len(checkpoint.archive) / 1024:.0f} KiB, taken in {time.monotonic() - t0:.2f} s")
 
-    def _take(self, call: SuiteCall, target: str, result: TaskResult, sent: dict[str, str]) -> dict:
-        """A task's result brought into the repository and the output folder; its entry."""
+    def _take(self, call: SuiteCall, target: str, result: TaskResult, sent: dict[str, str], lost: str | None) -> dict:
+        """A task's result brought into the repository and the output folder; its entry (with why
+        an earlier task of the run was lost, if one was)."""
         root, run_id = call.root, run_id_of(target)
         for line in result.log:
             call.log(f"[{result.node}] {line}")
         t0 = time.monotonic()
         refused = take_refs(root, result.refs, result.bundle, sent)
-        entry = {**result.entry, "node": result.node}
+        entry = {**result.entry, "node": result.node, **({"lost_task": lost} if lost else {})}
         if refused:  # records that name commits the branch here does not hold: kept aside, not unpacked
             kept = call.out_dir / f"{run_id}-returned.tar.gz"
             kept.write_bytes(result.archive)

@@ -181,7 +181,8 @@ def take_records(root: Path, run_id: str, archive: bytes) -> None:
     stage = root / st.SANDBOX / INCOMING / run_id  # its sandbox/<run>/ is the run's folder to be
     if stage.exists():
         shutil.rmtree(stage)
-    unpack(archive, RUN_FOLDER, st.run_dir(stage, run_id), replace=False)
+    if not unpack(archive, RUN_FOLDER, st.run_dir(stage, run_id), replace=False):  # the run left no records
+        return
     rehome(root, run_id, at=stage)
     dest = st.run_dir(root, run_id)
     if dest.exists():
