@@ -620,7 +620,7 @@ def test_doctor_cli_on_this_machine(capsys, monkeypatch):
     assert main(["doctor", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["schema"] == "tileloop.cli/1" and out["command"] == "doctor"
-    assert set(out["backends"]) == {"ptx", "tileir", "cutile", "interpreter"}
+    assert set(out["backends"]) == {"ptx", "tileir", "cutile", "interpreter", "nvcc", "tilelang"}
     probe = out["probe"]
     if not probe["cuda_available"]:
         assert probe["cuda_reason"]
