@@ -16,7 +16,7 @@ from loop.common import kernel_source, tilelang_install
 from loop.common.language import LANGUAGES, detect_language, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST_VERSIONS = [ROOT / "kernels" / op / "tilelang" / f"{op}_tilelang.py" for op in ("vector_add", "matmul")]
+FIRST_VERSIONS = [ROOT / "kernels" / op / f"{op}_tilelang.py" for op in ("vector_add", "matmul")]
 needs_tilelang = pytest.mark.skipif(not tilelang_install.status()["importable"],
                                     reason=f"tilelang: {tilelang_install.status()['reason']} (CI installs the extra)")
 
