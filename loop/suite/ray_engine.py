@@ -77,6 +77,10 @@ from loop.suite.worktrees import (
 )
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
+# A local cluster's sockets live at <temp root>/ray/session_<date>_<time>_<pid>/sockets/plasma_store, and a
+# socket's path may not pass 107 bytes: a temporary folder longer than this (a deep TMPDIR) is replaced for Ray
+# by a short one of its own under /tmp
+SOCKET_ROOT_MOST = 107 - len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 LOGS = "ray-logs"  # under the output folder: the local cluster's logs
 OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
 WAIT_S = 1.0  # between looks at the tasks' streams
@@ -193,6 +197,7 @@ class RayEngine:
     def __init__(self, address: str | None = None):
         self.ray = import_ray()
         self.address = address or None
+        self.own_root: Path | None = None  # a short temporary root made for a local cluster (`_temp_root`)
 
     def run(self, call: SuiteCall, children: Children) -> list[dict]:
         root = call.root
@@ -367,12 +372,23 @@ class RayEngine:
                 return None
             cpus = max(1, min(tasks, os.cpu_count() or 1))
             context = self.ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                                    object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": with_package_path({})})
+                                    object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": with_package_path({})},
+                                    **self._temp_root())
             call.log(f"[ray] started a local cluster: {self.ray.cluster_resources()}")
             return Path(context.address_info["session_dir"])
         finally:
             if on_sigterm is not None and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, on_sigterm)  # a SIGTERM ends the suite as without --ray (then the cluster)
+
+    def _temp_root(self) -> dict:
+        """`ray.init`'s temporary root where the system's is too long for the cluster's sockets ({} where
+        it fits): a folder of tileloop's own under /tmp, made for this cluster and removed with it."""
+        import tempfile
+
+        if len(tempfile.gettempdir()) <= SOCKET_ROOT_MOST:
+            return {}
+        self.own_root = Path(tempfile.mkdtemp(prefix="tl-ray-", dir="/tmp"))
+        return {"_temp_dir": str(self.own_root)}
 
     def _stop(self, session: Path | None, out_dir: Path) -> None:
         """Leave the cluster (a local one stops); a local one's logs kept under the output folder."""
@@ -384,6 +400,8 @@ class RayEngine:
                 shutil.rmtree(out_dir / LOGS)
             shutil.copytree(session / "logs", out_dir / LOGS, symlinks=True)
         shutil.rmtree(session, ignore_errors=True)
+        if self.own_root is not None:
+            shutil.rmtree(self.own_root, ignore_errors=True)
 
 
 def _identity(root: Path) -> tuple[str, str]:
