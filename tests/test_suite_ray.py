@@ -401,3 +401,20 @@ def test_a_lost_task_is_sent_again_once(kernel_repo, monkeypatch, second):
     else:
         assert "error" not in got and got["node"] == "n2" and "before a checkpoint had come back" in got["lost_task"]
     assert json.loads((kernel_repo / "sandbox" / "suite" / f"{run}.json").read_text()) == got
+
+
+def test_a_temporary_folder_too_long_for_the_cluster_sockets_is_replaced_by_a_short_one(tmp_path, monkeypatch):
+    import tempfile
+
+    from loop.suite.ray_engine import SOCKET_ROOT_MOST, RayEngine
+
+    engine = RayEngine()
+    deep = tmp_path / ("d" * (SOCKET_ROOT_MOST + 1))
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    root = engine._temp_root()["_temp_dir"]
+    assert len(root) <= SOCKET_ROOT_MOST and root.startswith("/tmp/") and engine.own_root.is_dir()
+    engine.own_root.rmdir()
+    short = tmp_path.anchor + "t"  # a root that fits is left to Ray
+    monkeypatch.setattr(tempfile, "tempdir", short)
+    assert RayEngine()._temp_root() == {}
