@@ -311,15 +311,19 @@ def analyze(source: str, bottleneck: str | None = None, backend: str | None = No
     dots, reductions = DOT_CALLS, REDUCTIONS
     if language == "tilelang":
         calls, dots, reductions = _tilelang_calls(tree, forward), TILELANG_DOT, TILELANG_REDUCTIONS
-    if calls & dots:
-        cls = "dot"
-    elif calls & reductions and calls & NORM_HINTS:
-        cls = "norm-like"
-    elif calls & reductions:
-        cls = "reduction"
-    else:
-        cls = "element-wise"
+    cls = kernel_class(calls, dots, reductions, NORM_HINTS)
     return Analysis(language, cls, frozenset(calls), bottleneck, backend, arch, roots, forward)
+
+
+def kernel_class(calls: set[str], dots: frozenset[str] | set[str], reductions: frozenset[str] | set[str],
+                 norm_hints: frozenset[str] | set[str]) -> str:
+    """A kernel's class from the calls its device code makes, each language naming its own dot,
+    reduction and norm calls: a dot wins, then a reduction (norm-like with a norm's hint), else element-wise."""
+    if calls & dots:
+        return "dot"
+    if calls & reductions:
+        return "norm-like" if calls & norm_hints else "reduction"
+    return "element-wise"
 
 
 def _tilelang_calls(tree: ast.Module, forward: frozenset[str] | None) -> set[str]:
@@ -386,14 +390,7 @@ def _analyze_cuda(source: str, bottleneck: str | None, backend: str | None, arch
     calls = {name for fn in device for name in cuda_tree.called(cs, fn.body)}
     if any(_halving_loop(cs, fn) for fn in device):
         calls.add(SHARED_TREE)
-    if calls & CUDA_DOT:
-        cls = "dot"
-    elif calls & CUDA_REDUCTIONS and calls & CUDA_NORM_HINTS:
-        cls = "norm-like"
-    elif calls & CUDA_REDUCTIONS:
-        cls = "reduction"
-    else:
-        cls = "element-wise"
+    cls = kernel_class(calls, CUDA_DOT, CUDA_REDUCTIONS, CUDA_NORM_HINTS)
     return Analysis("cuda", cls, frozenset(calls), bottleneck, backend, arch, reached.hosts[:1], forward)
 
 
