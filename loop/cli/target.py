@@ -9,6 +9,8 @@ from pathlib import Path
 
 from loop.cli.common import arch_list, common, emit
 from loop.common.errors import UserError
+from loop.common import cuda_c
+from loop.target import cuda_c as cuda_target
 from loop.target.check import check, line_of
 from loop.target.skeleton import write_spec
 
@@ -50,7 +52,10 @@ def cmd_spec(args, settings) -> int:
     target = Path(args.target)
     if not target.is_file():
         raise UserError(f"target {args.target} does not exist")
-    spec = write_spec(target, args.entry, args.force)
+    if cuda_c.is_cuda_target(target.name):  # a CUDA C target: its spec from solve's parameters
+        spec = cuda_target.write_spec(target, args.force)
+    else:
+        spec = write_spec(target, args.entry, args.force)
     emit(args, {"target": args.target, "spec": str(spec), "entry": args.entry},
          f"wrote {spec}: fill in its TODOs, then tileloop check {args.target}")
     return 0

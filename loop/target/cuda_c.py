@@ -15,6 +15,7 @@ from pathlib import Path
 
 from loop.common import cuda_c
 from loop.common.errors import UserError
+from loop.target.skeleton import spec_functions
 
 OUTPUT_PREFIXES = ("out", "y", "dst", "result", "o")
 SIZE_NAMES = {"n": "math.prod(shape)", "numel": "math.prod(shape)", "size": "math.prod(shape)",
@@ -67,31 +68,9 @@ def skeleton(op: str, params: list[cuda_c.Param], declared: str) -> str:
         f"DTYPES = [{', '.join(f'torch.{d}' for d in dtypes)}]  # the C types of solve's pointers",
         f"TOLERANCES = {{{', '.join(f'torch.{d}: (1e-5, 1e-5)' if d in ('float32', 'float64') else f'torch.{d}: (1e-2, 1e-2)' for d in dtypes)}}}  # (atol, rtol)",
         f"OUTPUTS = {outputs!r}  # output buffers among the inputs, written in place by solve",
-        "",
-        "",
-        "def make_inputs(shape, dtype, seed):",
-        '    """Fresh random inputs (never zeros), built on the CPU: tileloop moves them to the device."""',
-        "    g = torch.Generator().manual_seed(seed)",
-        "    return {",
-        *(_made(p) for p in params),
-        "    }",
-        "",
-        "",
-        f"def reference({args}):",
-        '    """The op in PyTorch; return the value of each output buffer, in the order of OUTPUTS."""',
-        f'    raise NotImplementedError("write {op} in PyTorch here")',
-        "",
-        "",
-        "def flops(shape, dtype):",
-        '    """Floating-point operations of one call, for TFLOP/s."""',
-        "    return 0  # TODO",
-        "",
-        "",
-        "def bytes_moved(shape, dtype):",
-        '    """Bytes one call must read and write at least, for GB/s and the fraction of copy bandwidth."""',
-        "    size = torch.empty((), dtype=dtype).element_size()",
-        f"    return {max(len(tensors), 1)} * math.prod(shape) * size  # TODO: count every tensor read and written",
-        "",
+        *spec_functions(op, [_made(p) for p in params], args,
+                        ['    """The op in PyTorch; return the value of each output buffer, in the order of OUTPUTS."""'],
+                        f"{max(len(tensors), 1)} * math.prod(shape) * size  # TODO: count every tensor read and written"),
     ]
     return "\n".join(lines)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from loop.common import cuda_c
 from loop.common.errors import UserError
 
 OUTPUT_NAMES = {"out", "output", "y", "result", "dst", "o"}
@@ -148,6 +147,19 @@ def skeleton(op: str, entry: str, params: list[tuple[str, str | None]], returns:
         "DTYPES = [torch.float16, torch.float32]",
         "TOLERANCES = {torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}  # (atol, rtol) per dtype",
         f"OUTPUTS = {tuple(outputs)!r}  # output buffers among the inputs, written in place (compared when the entry returns None)",
+        *spec_functions(op, made, args,
+                        ['    """The op in PyTorch; tileloop passes fp32 copies of half inputs (fp64 of fp32) and compares every',
+                         '    output (return a tensor, or a tuple or dict of them in the order the entry point returns them)."""'],
+                        f"({moved}) * size  # TODO: count every tensor read and written (outputs too)"),
+    ]
+    return "\n".join(lines)
+
+
+def spec_functions(op: str, made: list[str], args: str, reference_doc: list[str], moved: str) -> list[str]:
+    """The functions every written spec has, whatever the target's language: make_inputs (its dict's
+    lines `made`), a reference of `args` to fill in (its docstring `reference_doc`), flops, and
+    bytes_moved returning `moved` (an expression in shape and size)."""
+    return [
         "",
         "",
         "def make_inputs(shape, dtype, seed):",
@@ -159,8 +171,7 @@ def skeleton(op: str, entry: str, params: list[tuple[str, str | None]], returns:
         "",
         "",
         f"def reference({args}):",
-        '    """The op in PyTorch; tileloop passes fp32 copies of half inputs (fp64 of fp32) and compares every',
-        '    output (return a tensor, or a tuple or dict of them in the order the entry point returns them)."""',
+        *reference_doc,
         f'    raise NotImplementedError("write {op} in PyTorch here")',
         "",
         "",
@@ -172,20 +183,15 @@ def skeleton(op: str, entry: str, params: list[tuple[str, str | None]], returns:
         "def bytes_moved(shape, dtype):",
         '    """Bytes one call must read and write at least, for GB/s and the fraction of copy bandwidth."""',
         "    size = torch.empty((), dtype=dtype).element_size()",
-        f"    return ({moved}) * size  # TODO: count every tensor read and written (outputs too)",
+        f"    return {moved}",
         "",
     ]
-    return "\n".join(lines)
 
 
 def write_spec(target: Path, entry: str = "run", force: bool = False) -> Path:
     """Write the skeleton beside the target; refuse to overwrite a spec unless `force`."""
     if not target.is_file():
         raise UserError(f"target {target} does not exist")
-    if cuda_c.is_cuda_target(target.name):  # a CUDA C target: its spec from solve's parameters
-        from loop.target.cuda_c import write_spec as write_cuda_spec
-
-        return write_cuda_spec(target, force)
     spec = target.parent / "spec.py"
     if spec.exists() and not force:
         raise UserError(f"{spec} exists", hint="pass --force to overwrite it, or edit it")
