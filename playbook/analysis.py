@@ -96,7 +96,6 @@ TILELANG_PRIORITY = {
     "reduction": _TILELANG_MEMORY,
     "dot": ["block", "num_stages", "num_warps", "grouped-ordering", "tma", "warp-specialization"],
 }
-PRIORITY = TRITON_PRIORITY  # the Triton table, under its earlier name
 # CUDA C: threads per block first (the sweep: the one lever these kernels have, occupancy and bytes in
 # flight per block), then 128-bit vector loads and stores (a quarter of the memory instructions),
 # the warp-shuffle reduction in place of the shared-memory tree (log2(threads) barriers fewer, for
@@ -112,6 +111,7 @@ CUDA_PRIORITY = {
     "reduction": _CUDA_MEMORY,
     "dot": ["block", "launch-bounds", "unroll", "restrict", "vector", "warp-shuffle", "grid-stride"],
 }
+PRIORITY = {"triton": TRITON_PRIORITY, "cutile": CUTILE_PRIORITY, "tilelang": TILELANG_PRIORITY, "cuda": CUDA_PRIORITY}
 
 # A measured bottleneck (`tileloop profile`, from Nsight Compute) moves the kinds that address it
 # to the front, in this order, and the kinds that cannot help to the back of the table; without a
@@ -237,9 +237,7 @@ class Analysis:
         return f"{what}; expected {math.exp(gain):.2f}x"
 
     def priority(self) -> list[str]:
-        table = {"cutile": CUTILE_PRIORITY, "tilelang": TILELANG_PRIORITY}.get(self.language, TRITON_PRIORITY)
-        table = CUDA_PRIORITY if self.language == "cuda" else table
-        order = list(table[self.kernel_class])
+        order = list(PRIORITY[self.language][self.kernel_class])
         if self.bottleneck is None:
             return order
         promote, demote = BOTTLENECK_ORDER[self.bottleneck]

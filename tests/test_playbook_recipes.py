@@ -12,7 +12,7 @@ import pytest
 
 import playbook
 from playbook import next_candidate
-from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze
+from playbook.analysis import CUTILE_PRIORITY, PRIORITY, TRITON_PRIORITY, analyze
 from playbook.base import page_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -583,15 +583,16 @@ def test_cutile_num_ctas_on_matmul_only():
 
 @pytest.mark.slow  # the fast tier stays well under five minutes
 def test_priority_tables_cover_every_kind_the_recipes_emit():
-    triton_kinds, cutile_kinds = set(), set()
+    kinds: dict[str, set[str]] = {language: set() for language in PRIORITY}
     for target in ALL_TARGETS:
         source = target.read_text()
         an = analyze(source)
         for recipe in playbook.recipes():
             if an.language in recipe.languages and recipe.applies(an):
-                (triton_kinds if an.language == "triton" else cutile_kinds).update(c.kind for c in recipe.candidates(source, an))
-    assert triton_kinds <= set().union(*TRITON_PRIORITY.values())
-    assert cutile_kinds <= set().union(*CUTILE_PRIORITY.values())
+                kinds[an.language].update(c.kind for c in recipe.candidates(source, an))
+    assert kinds["triton"] and kinds["cutile"] and kinds["tilelang"]  # every language's kernels were read
+    for language, emitted in kinds.items():
+        assert emitted <= set().union(*PRIORITY[language].values()), language
     mem = TRITON_PRIORITY["element-wise"]
     assert mem[:8] == ["autotune", "tileir-configs", "whole-row", "block", "persistent", "num_warps", "eviction",
                        "num_stages"]

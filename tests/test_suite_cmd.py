@@ -259,7 +259,11 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     assert "killed mid-experiment" in capsys.readouterr().err
     assert state_path.is_file() and git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "tileloop/suite-vector-add-triton"
 
+    # the run's process group is killed outright: a git commit of it killed mid-way leaves its lock behind
+    lock = kernel_repo / ".git" / "index.lock"
+    lock.touch()
     assert main([*args, "--resume", "--json"]) == 0
+    assert not lock.exists()
     (entry,) = json.loads(capsys.readouterr().out)["entries"]
     assert entry["resumed"] is True and "error" not in entry
     recs = [Record.from_json(json.loads(line)) for line in

@@ -344,6 +344,53 @@ def put_branch_back(root: Path, branch: str, sha: str) -> bool:
         return True
 
 
+def clear_stale_locks(root: Path, grace_s: float = 2.0) -> list[str]:
+    """Remove the lock files (index.lock, HEAD.lock) a git command left in this worktree's git dir
+    when it was killed outright (SIGKILL of a run's process group mid-commit), which would fail every
+    later checkout or commit with "index.lock: File exists". A lock is stale when it is still there
+    after `grace_s` and no git process works in this worktree (read from /proc: its working folder);
+    where /proc cannot be read, only a lock untouched for a minute is. Returns the names removed."""
+    import time
+
+    own = git_dirs(root)[1]
+    locks = [own / name for name in ("index.lock", "HEAD.lock") if (own / name).exists()]
+    if not locks:
+        return []
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(lock.exists() for lock in locks):
+        time.sleep(0.1)
+    removed = []
+    for lock in locks:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            continue  # its git finished
+        busy = _git_working_in(root.resolve())
+        if busy is False or (busy is None and age > 60):
+            lock.unlink(missing_ok=True)
+            removed.append(lock.name)
+    return removed
+
+
+def _git_working_in(root: Path) -> bool | None:
+    """Whether a live git process has its working folder in `root` (None: /proc cannot tell)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "cwd").exists():
+        return None
+    for pid in proc.iterdir():
+        if not pid.name.isdigit():
+            continue
+        try:
+            if (pid / "comm").read_text().strip() != "git":
+                continue
+            cwd = Path(os.readlink(pid / "cwd"))
+        except OSError:
+            continue
+        if cwd == root or root in cwd.parents:
+            return True
+    return False
+
+
 # ---------------------------------------------------------------- trailers
 
 

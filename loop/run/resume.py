@@ -21,10 +21,13 @@ from loop.run.recording import finish, new_record, pending_message
 
 def end_leftover_workers(run: Run) -> None:
     """A worker of this run still alive (its tileloop was killed before it could end it) holds the GPU
-    and would skew the next timing: end it before anything else runs."""
+    and would skew the next timing: end it before anything else runs; a lock file of git killed with
+    the run is removed (every later commit would fail on it)."""
     ended = end_leftovers(run.dir / "logs")
     if ended:
         run.log(f"ended {len(ended)} worker(s) of this run still alive: pid {', '.join(map(str, ended))}")
+    for lock in gitops.clear_stale_locks(run.root):  # a git command killed with the run (mid-commit)
+        run.log(f"removed the stale {lock} a git command killed with this run left")
 
 
 def repair(run: Run) -> Record | None:

@@ -34,6 +34,7 @@ from loop.common.files import atomic_write_text
 from loop.common.language import language_of_name
 from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
+from loop.records import gitops
 from loop.suite.engines import Engine, SuiteCall
 from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets
 from loop.suite.worktrees import (
@@ -130,6 +131,8 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
         if kept is not None:
             log(f"[suite] {target}: finished before; its entry stands")
             return kept
+        for lock in gitops.clear_stale_locks(run_root):  # a run killed mid-commit leaves git's lock behind
+            log(f"[suite] {target}: removed the stale {lock} its killed run left")
         git_output(run_root, "checkout", "-q", state["branch"])
         log(f"[suite] {target}: " + ("finished before; reporting it again (its entry has no final measurement)" if done else
                                      f"tileloop resume (branch {state['branch']}, {state.get('last_iteration', -1)} experiments recorded)"))
@@ -259,7 +262,6 @@ class LocalEngine:
 
 def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path, per_run_s: float | None,
                   extra: list[str], gpus: list[str], children: Children, log, resume: bool = False) -> list[dict]:
-    from loop.records import gitops
 
     gitops.ensure_excluded(root, "/sandbox/")
     trees = {}
