@@ -25,7 +25,8 @@ def add_check(sp: argparse.ArgumentParser) -> None:
 
 
 def add_spec(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("target", help="the kernel file")
+    sp.add_argument("target", help="the kernel file, or a case folder in the seed skill's layout (v0.cu and ref.py "
+                                   "with reference(**kwargs)) to make a CUDA C target <case>_cuda.cu and its spec")
     sp.add_argument("--entry", default="run", help="the target's function called with the inputs (default run)")
     sp.add_argument("--force", action="store_true", help="overwrite an existing spec.py")
     common(sp, run_opt=False)
@@ -50,13 +51,17 @@ def cmd_check(args, settings) -> int:
 
 def cmd_spec(args, settings) -> int:
     target = Path(args.target)
+    if target.is_dir():  # a case in the seed skill's layout: its v0.cu made a target, its ref.py the reference
+        target, spec = cuda_target.import_case(target, args.force)
+        emit(args, {"target": str(target), "spec": str(spec), "entry": cuda_c.ENTRY},
+             f"wrote {target} (the case's {cuda_target.CASE_KERNEL}) and {spec} (its reference the case's "
+             f"{cuda_target.CASE_REFERENCE}): fill in the spec's TODOs, then tileloop check {target}")
+        return 0
     if not target.is_file():
         raise UserError(f"target {args.target} does not exist")
-    if cuda_c.is_cuda_target(target.name):  # a CUDA C target: its spec from solve's parameters
-        spec = cuda_target.write_spec(target, args.force)
-    else:
-        spec = write_spec(target, args.entry, args.force)
-    emit(args, {"target": args.target, "spec": str(spec), "entry": args.entry},
+    cuda = cuda_c.is_cuda_target(target.name)
+    spec = cuda_target.write_spec(target, args.force) if cuda else write_spec(target, args.entry, args.force)
+    emit(args, {"target": args.target, "spec": str(spec), "entry": cuda_c.ENTRY if cuda else args.entry},
          f"wrote {spec}: fill in its TODOs, then tileloop check {args.target}")
     return 0
 

@@ -1,6 +1,12 @@
 """CUDA C targets before a run: `tileloop spec <file.cu>` (a commented spec.py written from the
-parameters of `extern "C" void solve(...)`) and the part of `tileloop check <file.cu>` read from the
+parameters of `extern "C" void solve(...)`), `tileloop spec <case folder>` (a case in the seed skill's
+layout, `v0.cu` and `ref.py` defining `reference(**kwargs)`, made a target `<case>_cuda.cu` and a spec
+beside them whose reference calls the case's), and the part of `tileloop check <file.cu>` read from the
 sources: each way the spec's inputs and solve's parameters differ, one line each.
+
+The case's outputs are the pointers its reference writes in place (`out.copy_(...)`, `out[...] = `,
+`out=out`), read from ref.py without running it; where it writes none, the output-like names of the
+writable pointers (as `tileloop spec <file.cu>` does).
 
 The spec's inputs are read from `make_inputs`' returned dict literal (its keys, and whether each
 value is a tensor: a `torch.*` call or a method on one, or a scalar: a number, `shape[i]`,
@@ -11,6 +17,7 @@ every argument again where it runs (`loop.worker.cuda_build`).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from loop.common import cuda_c
@@ -27,8 +34,8 @@ def _is_output(p: cuda_c.Param) -> bool:
     return p.pointer and not p.const and any(low == o or low.startswith(f"{o}_") or low == f"{o}put" for o in OUTPUT_PREFIXES)
 
 
-def _made(p: cuda_c.Param) -> str:
-    if p.pointer and _is_output(p):
+def _made(p: cuda_c.Param, outputs: tuple[str, ...]) -> str:
+    if p.pointer and p.name in outputs:
         return f'        "{p.name}": torch.empty(shape, dtype=torch.{p.dtype}),  # written by solve (OUTPUTS)'
     if p.pointer and p.dtype in ("float16", "bfloat16", "float32", "float64"):
         note = "" if p.const else " (not const: if solve writes it, list it in OUTPUTS)"
@@ -41,9 +48,11 @@ def _made(p: cuda_c.Param) -> str:
     return f'        "{p.name}": ...,  # TODO: its value ({p.ctype} {p.name})'
 
 
-def skeleton(op: str, params: list[cuda_c.Param], declared: str) -> str:
-    """The commented spec of a CUDA C target whose `solve` takes `params`."""
-    outputs = tuple(p.name for p in params if _is_output(p))
+def skeleton(op: str, params: list[cuda_c.Param], declared: str, outputs: tuple[str, ...] | None = None) -> str:
+    """The commented spec of a CUDA C target whose `solve` takes `params` (`outputs`: the pointers it
+    writes, else the writable ones with an output's name)."""
+    if outputs is None:
+        outputs = tuple(p.name for p in params if _is_output(p))
     floats = list(dict.fromkeys(p.dtype for p in params if p.pointer and p.dtype in
                                 ("float16", "bfloat16", "float32", "float64")))
     dtypes = floats[:1] or ["float32"]
@@ -68,7 +77,7 @@ def skeleton(op: str, params: list[cuda_c.Param], declared: str) -> str:
         f"DTYPES = [{', '.join(f'torch.{d}' for d in dtypes)}]  # the C types of solve's pointers",
         f"TOLERANCES = {{{', '.join(f'torch.{d}: (1e-5, 1e-5)' if d in ('float32', 'float64') else f'torch.{d}: (1e-2, 1e-2)' for d in dtypes)}}}  # (atol, rtol)",
         f"OUTPUTS = {outputs!r}  # output buffers among the inputs, written in place by solve",
-        *spec_functions(op, [_made(p) for p in params], args,
+        *spec_functions(op, [_made(p, outputs) for p in params], args,
                         ['    """The op in PyTorch; return the value of each output buffer, in the order of OUTPUTS."""'],
                         f"{max(len(tensors), 1)} * math.prod(shape) * size  # TODO: count every tensor read and written"),
     ]
@@ -80,7 +89,7 @@ def declaration(source: str) -> str:
     text = cuda_c.strip_comments(source)
     start = text.find("solve", text.find('extern "C"'))
     end = text.find(")", start)
-    return " ".join(f'extern "C" void {text[start:end + 1]}'.split())
+    return " ".join(f'extern "C" void {text[start:end + 1]}'.split()).replace("( ", "(")
 
 
 def write_spec(target: Path, force: bool = False) -> Path:
@@ -92,6 +101,122 @@ def write_spec(target: Path, force: bool = False) -> Path:
     params = cuda_c.solve_signature(source, str(target))
     spec.write_text(skeleton(target.stem.removesuffix("_cuda"), params, declaration(source)))
     return spec
+
+
+CASE_KERNEL = "v0.cu"
+CASE_REFERENCE = "ref.py"
+CASE_MODULE = "ref"
+_IN_PLACE = re.compile(r"[a-z]\w*_$")  # torch's in-place methods: copy_, fill_, add_, ...
+
+
+def case_files(folder: Path) -> tuple[Path, Path]:
+    """(v0.cu, ref.py) of a case in the seed skill's layout: ref.py in the folder, v0.cu beside it or
+    in its v0/ (the skill's output folder); UserError naming what is missing otherwise."""
+    reference = folder / CASE_REFERENCE
+    kernel = next((k for k in (folder / CASE_KERNEL, folder / "v0" / CASE_KERNEL) if k.is_file()), None)
+    missing = [n for n, found in ((CASE_KERNEL, kernel), (CASE_REFERENCE, reference.is_file())) if not found]
+    if missing:
+        raise UserError(f"{folder} is no case in the seed skill's layout: it has no {' and no '.join(missing)}",
+                        hint=f"a case folder holds {CASE_KERNEL} (or v0/{CASE_KERNEL}) with extern \"C\" void solve(...) "
+                             f"and {CASE_REFERENCE} defining reference(**kwargs)")
+    return kernel, reference
+
+
+def case_reference(source: str, shown: str) -> ast.FunctionDef:
+    """ref.py's top-level `reference`; UserError where it does not parse or defines none."""
+    try:
+        tree = ast.parse(source, filename=shown)
+    except SyntaxError as exc:
+        raise UserError(f"{shown}:{exc.lineno}: {exc.msg}") from None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "reference"), None)
+    if fn is None:
+        raise UserError(f"{shown} defines no reference(**kwargs)",
+                        hint="the seed skill's ref.py defines reference(**kwargs), which computes the op in PyTorch")
+    return fn
+
+
+def written_in_place(fn: ast.FunctionDef) -> set[str]:
+    """The inputs the reference writes in place: a name taken from kwargs (`out = kwargs["out"]`,
+    `kwargs.get("out")`) or a parameter of its own, then `out.copy_(...)` (any in-place method),
+    `out[...] = ...` or `torch.f(..., out=out)`; `kwargs["out"].copy_(...)` too."""
+    aliases = {a.arg: a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    kwargs = fn.args.kwarg.arg if fn.args.kwarg else None
+
+    def literal(node: ast.expr) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+    def key(node: ast.expr) -> str | None:
+        """The input an expression is: kwargs["x"], kwargs.get("x"), or a name bound to one."""
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == kwargs:
+            return literal(node.slice)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == kwargs and node.args:
+            return literal(node.args[0])
+        return aliases.get(node.id) if isinstance(node, ast.Name) else None
+
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and (name := key(node.value)) is not None:
+            aliases[node.targets[0].id] = name
+    written = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _IN_PLACE.fullmatch(node.func.attr):
+            written.add(key(node.func.value))
+        if isinstance(node, ast.Call):
+            written.update(key(k.value) for k in node.keywords if k.arg == "out")
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Subscript):
+                    written.add(key(t.value))
+    return written - {None}
+
+
+def case_spec(op: str, params: list[cuda_c.Param], declared: str, fn: ast.FunctionDef) -> str:
+    """The spec of a case's target: `tileloop spec`'s skeleton from solve's parameters, its reference
+    the case's reference(**kwargs) called on copies of the inputs."""
+    written = written_in_place(fn)
+    outputs = tuple(p.name for p in params if p.pointer and p.name in written) or None
+    text = skeleton(op, params, declared, outputs)
+    names = ", ".join(f"{p.name}={p.name}" for p in params)
+    body = "\n".join([
+        f"    inputs = dict({names})",
+        "    inputs = {name: v.clone() if isinstance(v, torch.Tensor) else v for name, v in inputs.items()}",
+        "    returned = case_reference(**inputs)",
+        "    if returned is not None:",
+        "        return returned",
+        "    return tuple(inputs[name] for name in OUTPUTS) if len(OUTPUTS) != 1 else inputs[OUTPUTS[0]]",
+    ])
+    doc = '    """The op in PyTorch; return the value of each output buffer, in the order of OUTPUTS."""'
+    case_doc = ('    """The case\'s reference(**kwargs) on copies of the inputs: what it returns, else the value of each '
+                'output buffer\n    it wrote in place, in the order of OUTPUTS."""')
+    text = text.replace(doc, case_doc).replace(f'    raise NotImplementedError("write {op} in PyTorch here")', body)
+    text = text.replace("import torch\n", f"import torch\n\nfrom {CASE_MODULE} import reference as case_reference  "
+                        f"# the case's reference(**kwargs), in {CASE_REFERENCE} beside this spec\n", 1)
+    return text.replace("Written by `tileloop spec` from", f"Written by `tileloop spec` from a case in the seed skill's "
+                        f"layout ({CASE_KERNEL} and {CASE_REFERENCE}),\nthe reference its {CASE_REFERENCE}'s; from", 1)
+
+
+def case_op(folder: Path) -> str:
+    """The op a case tunes: its folder's name as an identifier ("case" where nothing is left)."""
+    return re.sub(r"\W+", "_", folder.resolve().name).strip("_").lower() or "case"
+
+
+def import_case(folder: Path, force: bool = False) -> tuple[Path, Path]:
+    """Make a case in the seed skill's layout a target `<op>_cuda.cu` (its v0.cu) and a spec beside
+    ref.py; refuse to overwrite either unless `force`. Returns (target, spec)."""
+    kernel, reference = case_files(folder)
+    target, spec = folder / f"{case_op(folder)}_cuda.cu", folder / "spec.py"
+    existing = [str(p) for p in (target, spec) if p.exists()]
+    if existing and not force:
+        raise UserError(f"{' and '.join(existing)} exist{'s' if len(existing) == 1 else ''}",
+                        hint="pass --force to overwrite, or edit them")
+    source = kernel.read_text()
+    params = cuda_c.solve_signature(source, str(kernel))
+    fn = case_reference(reference.read_text(), str(reference))
+    text = case_spec(case_op(folder), params, declaration(source), fn)
+    target.write_text(source)
+    spec.write_text(text)
+    return target, spec
 
 
 def spec_inputs(spec_source: str) -> tuple[dict[str, bool | None], int] | None:
