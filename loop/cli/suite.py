@@ -9,7 +9,7 @@ from pathlib import Path
 from loop.cli.common import arch_list, common, duration, emit, positive_int
 from loop.common.files import atomic_write_text
 from loop.common.errors import UserError
-from loop.suite import runner, summary, unattended
+from loop.suite import nodes, runner, summary, unattended
 
 
 def add_suite(sp: argparse.ArgumentParser) -> None:
@@ -58,7 +58,10 @@ def cmd_suite(args, settings) -> int:
         return 0
     paths = [Path(p) for p in args.paths]
     entries = summary.load_entries(paths)
-    text = summary.summarize(entries, args.title)
+    plot, link = _plot_path(args.out, paths)
+    plot_note, drawn = (nodes.plot(entries, plot, args.title, link) if plot else
+                        ("No plot: give --out or a suite output folder.", False))
+    text = summary.summarize(entries, args.title, plot_note)
     if args.out:
         atomic_write_text(Path(args.out), text + "\n")
     if args.unattended_json:
@@ -74,8 +77,18 @@ def cmd_suite(args, settings) -> int:
             text = f"{text}\n\n{note}"
     elif args.commands:
         raise UserError("--command goes with --unattended-json (it is shown on that page)")
-    emit(args, {"entries": len(entries), "out": args.out, "markdown": text}, text)
+    emit(args, {"entries": len(entries), "out": args.out, "markdown": text, "nodes": nodes.node_rows(entries),
+                "plot": str(plot) if drawn else None}, text)
     return 0
+
+
+def _plot_path(out: str | None, paths: list[Path]) -> tuple[Path | None, str | None]:
+    """Where the plot of where and when each target ran goes, and the link the page gives it:
+    beside --out (`<name>-nodes.png`), else in the first suite output folder given; none else."""
+    if out:
+        return Path(out).with_name(f"{Path(out).stem}-nodes.png"), None
+    folder = next((p for p in paths if p.is_dir()), None)
+    return (folder / "suite-nodes.png", str(folder / "suite-nodes.png")) if folder else (None, None)
 
 
 def _engine(args) -> runner.Engine | None:

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -137,7 +138,7 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
         log(f"[suite] {target}: " + ("finished before; reporting it again (its entry has no final measurement)" if done else
                                      f"tileloop resume (branch {state['branch']}, {state.get('last_iteration', -1)} experiments recorded)"))
         cmd = None if done else [sys.executable, "-m", "loop", "resume", "--run", run_id]
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     cut_off, returncode = False, 0
     if cmd is not None:
         returncode, cut_off = _run_child(cmd, run_root, run_id, out_dir, per_run_s, env, children, log, target,
@@ -157,6 +158,8 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
     final = json.loads(out).get("final") if rep_proc.returncode == 0 and out.strip() else None
     entry = entry_from_run(run_dir, final, cut_off, wall)
     entry["op"], entry["target"] = path.parent.name, str(path)
+    # where and when it ran (this host's clock), for the summary's rows per node and its plot
+    entry["node"], entry["started"], entry["ended"] = socket.gethostname(), round(started, 3), round(time.time(), 3)
     entry["language"] = language_of_name(path.stem) or "triton"  # `<op>_<language>.py`; a bare name is Triton
     if state is not None:
         entry["resumed"] = True  # the run spans suite calls (and maybe machines): its wall time is this call's

@@ -18,6 +18,7 @@ from loop.records import methods
 from loop.records.perf_table import markdown_table
 from loop.records.results import Record, cumulative
 from loop.run.levers import roofline
+from loop.suite import nodes
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 
@@ -186,7 +187,10 @@ def target_rows(entries: list[dict]) -> list[dict]:
     return rows
 
 
-def summarize(entries: list[dict], title: str) -> str:
+def summarize(entries: list[dict], title: str, plot_note: str = "No plot.") -> str:
+    """The suite's summary page: the table of its entries, the targets, the rows per node (and
+    `plot_note`, the line on its plot), the recipes kept, Triton against cuTile."""
+    every = entries
     failed = [e for e in entries if "error" in e]
     entries = sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"]))
     devices = sorted({str(e.get("device")) for e in entries})
@@ -241,6 +245,7 @@ def summarize(entries: list[dict], title: str) -> str:
     notes = method_notes(entries)
     if notes:
         lines += ["Where the final measurement and the loop's own disagree for the same version and shape:", ""] + notes + [""]
+    lines += nodes.markdown(nodes.node_rows(every), plot_note)
     lines += ["## Recipes kept", ""]
     for e in entries:
         lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
