@@ -55,14 +55,16 @@ def cmd_spec(args, settings) -> int:
         target, spec = cuda_target.import_case(target, args.force)
         emit(args, {"target": str(target), "spec": str(spec), "entry": cuda_c.ENTRY},
              f"wrote {target} (the case's {cuda_target.CASE_KERNEL}) and {spec} (its reference the case's "
-             f"{cuda_target.CASE_REFERENCE}): fill in the spec's TODOs, then tileloop check {target}")
+             f"{cuda_target.CASE_REFERENCE}): fill in the spec's TODOs, then tileloop check {target}\n"
+             f"{cuda_target.timing_of(target)}")
         return 0
     if not target.is_file():
         raise UserError(f"target {args.target} does not exist")
     cuda = cuda_c.is_cuda_target(target.name)
     spec = cuda_target.write_spec(target, args.force) if cuda else write_spec(target, args.entry, args.force)
     emit(args, {"target": args.target, "spec": str(spec), "entry": cuda_c.ENTRY if cuda else args.entry},
-         f"wrote {spec}: fill in its TODOs, then tileloop check {args.target}")
+         f"wrote {spec}: fill in its TODOs, then tileloop check {args.target}"
+         + (f"\n{cuda_target.timing_of(target)}" if cuda else ""))
     return 0
 
 

@@ -1,8 +1,14 @@
 """A CUDA C target's host entry point, read from its source: `extern "C" void solve(...)` and its
 parameters (the contract of a `.cu` target; `loop.common.language` names the language).
 
-A pointer parameter is a tensor (its dtype from the C type, `const` marks an input); any other is a
-scalar (an integer or a float). The one declaration is read by a small parser of C declarations
+A pointer parameter is a tensor (its dtype from the C type, `const` marks an input); a `cudaStream_t`
+is the stream to launch on (the caller's, no input); any other is a scalar (an integer or a float).
+
+Two forms (`solve_form`): the seed skill's, whose solve launches on the default stream and may
+synchronise (`cudaDeviceSynchronize()` inside it), timed eagerly; and the stream form, whose solve
+takes one `cudaStream_t` and launches every kernel on a stream given as the launch's fourth
+argument, with no device-wide synchronisation: a CUDA graph can capture it. A stream form that breaks
+either rule is a one-line UserError at the line. The one declaration is read by a small parser of C declarations
 (comments and preprocessor lines dropped, the parameter list split at its top-level commas), not by
 a C++ front end: what the contract allows (plain, `const`, `__restrict__` and `restrict` qualified
 types, one level of pointer) it reads; anything else is a one-line UserError naming the line. The
@@ -33,6 +39,13 @@ SCALAR_KINDS = {
     "float": "float", "double": "double",
 }
 QUALIFIERS = ("const", "__restrict__", "__restrict", "restrict", "volatile")
+STREAM_TYPES = ("cudaStream_t", "CUstream")
+SYNCHRONISING, STREAM = "synchronising", "stream"  # the two forms of solve
+# what no CUDA graph can capture in a stream form's solve
+_DEVICE_SYNC = re.compile(r"\b(cudaDeviceSynchronize|cudaStreamSynchronize|cudaThreadSynchronize|cudaMemcpy|cudaMalloc|"
+                          r"cudaFree)\s*\(")
+_LAUNCH = re.compile(r"<<<(?P<config>.*?)>>>", re.S)
+_DEFAULT_STREAMS = ("0", "NULL", "nullptr", "cudaStreamLegacy", "(cudaStream_t)0", "cudaStreamPerThread")
 _EXTERN_SOLVE = re.compile(r'extern\s+"C"\s*(?:\{[^}]*?)?(?:__host__\s+)?void\s+' + ENTRY + r"\s*\(")
 
 
@@ -45,13 +58,20 @@ class Param:
     pointer: bool
     const: bool
     dtype: str | None = None  # torch dtype name of a pointer's elements
-    kind: str | None = None  # "int", "float" or "double" for a scalar
+    kind: str | None = None  # "int", "float" or "double" for a scalar, "stream" for the cudaStream_t
 
     @property
     def tensor(self) -> bool:
         return self.pointer
 
+    @property
+    def stream(self) -> bool:
+        """The stream to launch on: given by the caller, not by make_inputs."""
+        return self.kind == "stream"
+
     def describe(self) -> str:
+        if self.stream:
+            return f"{self.ctype} {self.name} (the stream to launch on)"
         if self.pointer:
             return f"{'const ' if self.const else ''}{self.ctype}* {self.name} (a {self.dtype} tensor" + \
                 (", input)" if self.const else ")")
@@ -97,8 +117,9 @@ def has_solve(source: str) -> bool:
 
 def solve_line(source: str) -> int | None:
     """The line of the `solve` declaration (1-based), None where there is none."""
-    m = _EXTERN_SOLVE.search(strip_comments(source))
-    return None if m is None else source.count("\n", 0, m.end()) + 1
+    text = strip_comments(source)  # shorter than the source, with its newlines: count them in it
+    m = _EXTERN_SOLVE.search(text)
+    return None if m is None else text.count("\n", 0, m.end()) + 1
 
 
 def solve_signature(source: str, shown: str = "the target") -> list[Param]:
@@ -124,7 +145,34 @@ def solve_signature(source: str, shown: str = "the target") -> list[Param]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UserError(f"{shown}:{line}: {ENTRY} names a parameter twice: {', '.join(dupes)}")
+    streams = [p.name for p in params if p.stream]
+    if len(streams) > 1:
+        raise UserError(f"{shown}:{line}: {ENTRY} takes {len(streams)} streams ({', '.join(streams)}): the stream form "
+                        "takes one, the stream to launch every kernel on")
     return params
+
+
+def solve_form(source: str, shown: str = "the target") -> str:
+    """SYNCHRONISING (solve takes no stream: timed eagerly) or STREAM (it takes one and launches every
+    kernel on a stream given at the launch, with nothing a CUDA graph cannot capture); a stream form
+    that launches on the default stream or synchronises is a UserError at the line."""
+    params = solve_signature(source, shown)
+    stream = next((p for p in params if p.stream), None)
+    if stream is None:
+        return SYNCHRONISING
+    text = strip_comments(source)
+    for m in _DEVICE_SYNC.finditer(text):
+        raise UserError(f"{shown}:{text.count(chr(10), 0, m.start()) + 1}: {ENTRY} takes {stream.ctype} {stream.name} "
+                        f"but calls {m.group(1)}, which no CUDA graph can capture",
+                        hint=f"the stream form leaves synchronising to its caller; drop the {stream.ctype} parameter "
+                             "for the synchronising form (timed eagerly)")
+    for m in _LAUNCH.finditer(text):
+        config = [c.strip() for c in _split(m.group("config"))]
+        if len(config) < 4 or " ".join(config[3].split()) in _DEFAULT_STREAMS:
+            raise UserError(f"{shown}:{text.count(chr(10), 0, m.start()) + 1}: {ENTRY} takes {stream.ctype} "
+                            f"{stream.name} but launches <<<{', '.join(config)}>>> on the default stream",
+                            hint=f"launch on the stream given: <<<grid, block, shared_bytes, {stream.name}>>>")
+    return STREAM
 
 
 def _split(inner: str) -> list[str]:
@@ -160,6 +208,10 @@ def _param(decl: str, where: str) -> Param:
     if stars > 1:
         raise UserError(f"{where}: {ENTRY}'s parameter {name} is a pointer to a pointer: pass one device pointer "
                         "per tensor")
+    if base in STREAM_TYPES:
+        if stars:
+            raise UserError(f"{where}: {ENTRY}'s parameter {name} is a pointer to a {base}: take the stream itself")
+        return Param(name, base, False, False, kind="stream")
     if stars == 1:
         dtype = POINTER_DTYPES.get(base)
         if dtype is None:
@@ -178,6 +230,10 @@ def mismatches(params: list[Param], inputs: dict[str, bool]) -> list[str]:
     a parameter no input gives, an input no parameter takes, a tensor given for a scalar or back."""
     out = []
     for p in params:
+        if p.stream:
+            if p.name in inputs:
+                out.append(f"make_inputs gives {p.name!r}, {ENTRY}'s {p.ctype}: the caller passes the stream to launch on")
+            continue
         if p.name not in inputs:
             out.append(f"{ENTRY}'s parameter {p.describe()} is not among make_inputs' names")
         elif inputs[p.name] != p.tensor:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from pathlib import Path
 
+from loop.backends.nvcc import timing
 from loop.common import cuda_c
 from loop.common.errors import UserError
 from loop.target.skeleton import spec_functions
@@ -48,11 +50,14 @@ def _made(p: cuda_c.Param, outputs: tuple[str, ...]) -> str:
     return f'        "{p.name}": ...,  # TODO: its value ({p.ctype} {p.name})'
 
 
-def skeleton(op: str, params: list[cuda_c.Param], declared: str, outputs: tuple[str, ...] | None = None) -> str:
+def skeleton(op: str, params: list[cuda_c.Param], declared: str, outputs: tuple[str, ...] | None = None,
+             form: str = cuda_c.SYNCHRONISING) -> str:
     """The commented spec of a CUDA C target whose `solve` takes `params` (`outputs`: the pointers it
-    writes, else the writable ones with an output's name)."""
+    writes, else the writable ones with an output's name) in `form`."""
     if outputs is None:
         outputs = tuple(p.name for p in params if _is_output(p))
+    stream = next((p.name for p in params if p.stream), None)
+    params = [p for p in params if not p.stream]  # the caller's stream, no input
     floats = list(dict.fromkeys(p.dtype for p in params if p.pointer and p.dtype in
                                 ("float16", "bfloat16", "float32", "float64")))
     dtypes = floats[:1] or ["float32"]
@@ -64,8 +69,10 @@ def skeleton(op: str, params: list[cuda_c.Param], declared: str, outputs: tuple[
         "Written by `tileloop spec` from the CUDA C target's entry point",
         f"    {declared}",
         "each parameter an input of the same name: a pointer a tensor on the GPU (its dtype the C type's,",
-        'the only one DTYPES can hold), any other a scalar. Fill in the TODOs and the `...`, then run',
-        '`tileloop check` on the target."""',
+        'the only one DTYPES can hold), any other a scalar' + (f' ({stream}, the cudaStream_t, is passed by the caller).'
+                                                               if stream else "."),
+        *textwrap.wrap(f"How it is timed: {timing(form)}.", 100),
+        'Fill in the TODOs and the `...`, then run `tileloop check` on the target."""',
         "",
         "import math",
         "",
@@ -92,6 +99,11 @@ def declaration(source: str) -> str:
     return " ".join(f'extern "C" void {text[start:end + 1]}'.split()).replace("( ", "(")
 
 
+def timing_of(target: Path) -> str:
+    """How the target will be timed, by its form (the nvcc backend's line)."""
+    return timing(cuda_c.solve_form(target.read_text(), str(target)))
+
+
 def write_spec(target: Path, force: bool = False) -> Path:
     """Write the spec of a CUDA C target beside it; refuse to overwrite a spec unless `force`."""
     spec = target.parent / "spec.py"
@@ -99,7 +111,8 @@ def write_spec(target: Path, force: bool = False) -> Path:
         raise UserError(f"{spec} exists", hint="pass --force to overwrite it, or edit it")
     source = target.read_text()
     params = cuda_c.solve_signature(source, str(target))
-    spec.write_text(skeleton(target.stem.removesuffix("_cuda"), params, declaration(source)))
+    form = cuda_c.solve_form(source, str(target))
+    spec.write_text(skeleton(target.stem.removesuffix("_cuda"), params, declaration(source), form=form))
     return spec
 
 
@@ -171,13 +184,14 @@ def written_in_place(fn: ast.FunctionDef) -> set[str]:
     return written - {None}
 
 
-def case_spec(op: str, params: list[cuda_c.Param], declared: str, fn: ast.FunctionDef) -> str:
+def case_spec(op: str, params: list[cuda_c.Param], declared: str, fn: ast.FunctionDef,
+              form: str = cuda_c.SYNCHRONISING) -> str:
     """The spec of a case's target: `tileloop spec`'s skeleton from solve's parameters, its reference
     the case's reference(**kwargs) called on copies of the inputs."""
     written = written_in_place(fn)
     outputs = tuple(p.name for p in params if p.pointer and p.name in written) or None
-    text = skeleton(op, params, declared, outputs)
-    names = ", ".join(f"{p.name}={p.name}" for p in params)
+    text = skeleton(op, params, declared, outputs, form)
+    names = ", ".join(f"{p.name}={p.name}" for p in params if not p.stream)
     body = "\n".join([
         f"    inputs = dict({names})",
         "    inputs = {name: v.clone() if isinstance(v, torch.Tensor) else v for name, v in inputs.items()}",
@@ -213,7 +227,7 @@ def import_case(folder: Path, force: bool = False) -> tuple[Path, Path]:
     source = kernel.read_text()
     params = cuda_c.solve_signature(source, str(kernel))
     fn = case_reference(reference.read_text(), str(reference))
-    text = case_spec(case_op(folder), params, declaration(source), fn)
+    text = case_spec(case_op(folder), params, declaration(source), fn, cuda_c.solve_form(source, str(kernel)))
     target.write_text(source)
     spec.write_text(text)
     return target, spec
@@ -270,16 +284,22 @@ def _scalar(node: ast.expr) -> bool:
 
 
 def problems(target: Path, spec: Path, target_shown: str, spec_shown: str) -> list[dict]:
-    """Each mismatch between the spec's inputs and solve's parameters, one problem each, where the
-    spec returns them."""
+    """A stream form that launches on the default stream or synchronises, and each mismatch between
+    the spec's inputs and solve's parameters, one problem each, where the spec returns them."""
     params = cuda_c.solve_signature(target.read_text(), target_shown)
+    found = []
+    try:
+        cuda_c.solve_form(target.read_text(), target_shown)
+    except UserError as exc:
+        where, _, what = exc.message.partition(": ")
+        found.append({"what": what, "where": where, "hint": exc.hint or ""})
     try:
         read = spec_inputs(spec.read_text())
     except SyntaxError:
-        return []  # the spec's own check names it
+        return found  # the spec's own check names it
     line = cuda_c.solve_line(target.read_text())
     if read is None:
-        return [{"what": "make_inputs returns no dict literal: its names could not be matched with solve's "
+        return found + [{"what": "make_inputs returns no dict literal: its names could not be matched with solve's "
                          "parameters here", "where": spec_shown,
                  "hint": "return {\"name\": value, ...}; the call checks them again on a GPU"}]
     inputs, at = read
@@ -288,5 +308,5 @@ def problems(target: Path, spec: Path, target_shown: str, spec_shown: str) -> li
     names = {p.name for p in params}
     lines += [f"make_inputs' {n!r} is no parameter of {cuda_c.ENTRY}" for n, v in inputs.items()
               if v is None and n not in names]
-    return [{"what": m, "where": f"{spec_shown}:{at}", "hint": f"make_inputs gives solve's parameters by name "
+    return found + [{"what": m, "where": f"{spec_shown}:{at}", "hint": f"make_inputs gives solve's parameters by name "
              f"({target_shown}:{line}): a tensor for each pointer, a number for each scalar"} for m in lines]

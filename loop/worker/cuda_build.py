@@ -11,10 +11,13 @@ architectures (one folder per key, written whole or not at all). No GPU is neede
 library is opened here to prove that it exports `solve` (its CUDA runtime starts only when called).
 
 The load (`load_target`): a module whose `solve(**inputs)` (also `run`) builds or takes from the
-cache the library for the current device's architecture, and calls `solve` through ctypes with
-each tensor's device pointer and each scalar's value, in the signature's order, after checking the
-tensors (on the GPU, contiguous, the parameter's dtype). Unexercised without a GPU: the call itself
-(`_Solve.__call__` past its checks) runs only on a machine with one.
+cache the library for the current device's architecture and calls it through `Entry`: `solve`
+bound by ctypes (`bind`, its argument types from the C signature), called with the inputs by name
+(`arguments`): each tensor's data pointer after checking it (the parameter's dtype, contiguous, on the
+device), each scalar's value after checking it against its C type, and for the stream form the
+current torch stream; every mismatch named in one line. `Entry` runs a host-only library on CPU
+tensors the same way (how the tests exercise it without a GPU); only the build for the device's
+architecture and the call of device code need one.
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ from loop.common import cuda_c, nvcc
 
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-lineinfo", "-Xptxas", "-v")
 LIBRARY = "solve.so"
-_CTYPES = {"int": {"int64_t": ctypes.c_int64, "long": ctypes.c_long, "long long": ctypes.c_longlong,
-                   "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "bool": ctypes.c_bool,
-                   "short": ctypes.c_short, "int16_t": ctypes.c_int16, "char": ctypes.c_char,
-                   "int8_t": ctypes.c_int8, "unsigned int": ctypes.c_uint, "unsigned": ctypes.c_uint,
-                   "uint32_t": ctypes.c_uint32},
-           "float": {"float": ctypes.c_float}, "double": {"double": ctypes.c_double}}
+# a scalar parameter's C type -> its ctypes type (every type of cuda_c.SCALAR_KINDS)
+_CTYPES = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "unsigned int": ctypes.c_uint, "unsigned": ctypes.c_uint,
+           "uint32_t": ctypes.c_uint32, "long": ctypes.c_long, "long long": ctypes.c_longlong, "int64_t": ctypes.c_int64,
+           "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "short": ctypes.c_short, "int16_t": ctypes.c_int16,
+           "char": ctypes.c_byte, "int8_t": ctypes.c_int8, "bool": ctypes.c_bool, "float": ctypes.c_float,
+           "double": ctypes.c_double}
 
 
 class BuildError(Exception):
@@ -176,9 +179,10 @@ def demangle(symbol: str) -> str:
 
 def exported(library: Path) -> None:
     """Open the library (no GPU needed: its runtime starts at the first call) and find `solve` in it."""
-    lib = ctypes.CDLL(str(library))
-    if not hasattr(lib, cuda_c.ENTRY):
-        raise BuildError(f"{library.name} exports no {cuda_c.ENTRY}: declare it extern \"C\"")
+    try:
+        bind(library, [])
+    except LoadError as exc:
+        raise BuildError(str(exc)) from None
 
 
 def cuda_compile(torch, load_target, call_run, cap: int) -> list[dict]:
@@ -197,57 +201,127 @@ def cuda_compile(torch, load_target, call_run, cap: int) -> list[dict]:
     return rows
 
 
-class _Solve:
-    """`solve(**inputs)`: the target's entry point, called with the spec's inputs by name."""
+class LoadError(Exception):
+    """A library that cannot be called as the target's entry point (no `solve` exported)."""
 
-    def __init__(self, path: Path, params: list[cuda_c.Param]):
-        self.path, self.params = path, params
-        self.dry = False  # True: check the arguments and call nothing (no GPU is needed)
-        self._fn = None
 
-    def _function(self, torch):
-        if self._fn is None:
-            major, minor = torch.cuda.get_device_capability()
-            done = build(self.path, [f"sm_{major}{minor}"])
-            fn = getattr(ctypes.CDLL(str(done.library)), cuda_c.ENTRY)
-            fn.restype = None
-            fn.argtypes = [ctypes.c_void_p if p.pointer else _CTYPES[p.kind].get(p.ctype, ctypes.c_int)
-                           for p in self.params]
-            self._fn = fn
-        return self._fn
+def argtype(p: cuda_c.Param):
+    """The ctypes type `solve` takes for a parameter: a pointer (a tensor's data, the stream) or the
+    scalar's own C type."""
+    return ctypes.c_void_p if p.pointer or p.stream else _CTYPES[p.ctype]
+
+
+def _fits(value: int, ctype) -> bool:
+    if ctype is ctypes.c_bool:
+        return value in (0, 1)
+    bits = 8 * ctypes.sizeof(ctype)
+    signed = ctype(-1).value == -1
+    return -(1 << (bits - 1)) <= value < (1 << (bits - 1)) if signed else 0 <= value < (1 << bits)
+
+
+def _scalar(p: cuda_c.Param, value) -> tuple[object, str | None]:
+    """The Python value passed for a scalar parameter, or why the value given cannot be."""
+    if p.kind == "int":
+        if not isinstance(value, int):
+            return None, f"{p.name}: {p.describe()} is given {type(value).__name__} {value!r}, not an integer"
+        if not _fits(int(value), _CTYPES[p.ctype]):
+            return None, f"{p.name}: {p.describe()} is given {value}, which a C {p.ctype} cannot hold"
+        return int(value), None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, f"{p.name}: {p.describe()} is given {type(value).__name__} {value!r}, not a number"
+    return float(value), None
+
+
+def arguments(torch, params: list[cuda_c.Param], inputs: dict, device: str | None) -> list:
+    """solve's arguments in its parameters' order, from the inputs by name: each tensor's data pointer
+    (checked: its dtype the parameter's, contiguous, on `device`), each scalar's value (checked against
+    its C type), the current stream for the stream form's cudaStream_t; TypeError, one line, naming
+    every mismatch. `device` None: the checks that need no device only (the compile gate's dry call)."""
+    wrong = cuda_c.mismatches(params, {k: isinstance(v, torch.Tensor) for k, v in inputs.items()})
+    args = []
+    for p in params:
+        if p.stream:
+            args.append(torch.cuda.current_stream().cuda_stream if device == "cuda" else None)
+            continue
+        if p.name not in inputs or isinstance(inputs[p.name], torch.Tensor) != p.pointer:
+            continue  # named by mismatches
+        value = inputs[p.name]
+        if not p.pointer:
+            value, why = _scalar(p, value)
+            wrong += [why] if why else []
+            args.append(value)
+            continue
+        if str(value.dtype) != f"torch.{p.dtype}":
+            wrong.append(f"{p.name}: {p.describe()} is given {value.dtype}")
+        elif device is not None and (value.device.type != device or not value.is_contiguous()):
+            wrong.append(f"{p.name}: {p.describe()} needs a contiguous tensor on {device}, got one on {value.device}"
+                         + ("" if value.is_contiguous() else ", strided"))
+        args.append(value.data_ptr())
+    if wrong:
+        raise TypeError("; ".join(wrong))
+    return args
+
+
+def bind(library: Path, params: list[cuda_c.Param]):
+    """`solve` of a shared library, its argument types those of `params`; LoadError where it exports none."""
+    try:
+        fn = getattr(ctypes.CDLL(str(library)), cuda_c.ENTRY)
+    except AttributeError:
+        raise LoadError(f"{library.name} exports no {cuda_c.ENTRY}: declare it extern \"C\"") from None
+    except OSError as exc:
+        raise LoadError(f"{library.name} cannot be loaded: {str(exc).splitlines()[0]}") from None
+    fn.restype = None
+    fn.argtypes = [argtype(p) for p in params]
+    return fn
+
+
+class Entry:
+    """`solve` of a built library, called with inputs by name on `device` ("cuda"; "cpu" for a host-only
+    library): the arguments checked and mapped by `arguments`, then one ctypes call."""
+
+    def __init__(self, library: Path, params: list[cuda_c.Param], device: str = "cuda"):
+        self.params, self.device = params, device
+        self.fn = bind(library, params)
 
     def __call__(self, **inputs) -> None:
         import torch
 
-        wrong = cuda_c.mismatches(self.params, {k: isinstance(v, torch.Tensor) for k, v in inputs.items()})
-        wrong += [f"{p.name}: {p.describe()} is given {inputs[p.name].dtype}" for p in self.params
-                  if p.pointer and isinstance(inputs.get(p.name), torch.Tensor)
-                  and str(inputs[p.name].dtype) != f"torch.{p.dtype}"]
-        if wrong:
-            raise TypeError("; ".join(wrong))
+        self.fn(*arguments(torch, self.params, inputs, self.device))
+
+
+class _Solve:
+    """`solve(**inputs)`: the target's entry point, called with the spec's inputs by name; built (or
+    taken from the cache) for the current device's architecture at the first call."""
+
+    def __init__(self, path: Path, params: list[cuda_c.Param], form: str):
+        self.path, self.params, self.form = path, params, form
+        self.dry = False  # True: check the arguments and call nothing (no GPU is needed)
+        self._entry: Entry | None = None
+
+    def _bound(self, torch) -> Entry:
+        if self._entry is None:
+            major, minor = torch.cuda.get_device_capability()
+            self._entry = Entry(build(self.path, [f"sm_{major}{minor}"]).library, self.params, "cuda")
+        return self._entry
+
+    def __call__(self, **inputs) -> None:
+        import torch
+
         if self.dry:  # the compile gate: the spec's inputs checked against the parameters, nothing run
+            arguments(torch, self.params, inputs, None)
             return
-        args = []
-        for p in self.params:
-            value = inputs[p.name]
-            if p.pointer:
-                if value.device.type != "cuda" or not value.is_contiguous():
-                    raise TypeError(f"{p.name}: {p.describe()} needs a contiguous tensor on the GPU, got one on "
-                                    f"{value.device}" + ("" if value.is_contiguous() else ", strided"))
-                args.append(value.data_ptr())
-            else:
-                args.append(value.item() if isinstance(value, torch.Tensor) else value)
-        self._function(torch)(*args)  # unexercised without a GPU
+        self._bound(torch)(**inputs)  # on a GPU only
 
 
 def load_target(name: str, path: Path) -> types.ModuleType:
     """A CUDA C target as the worker calls it (the language's `load`): `solve` and `run` (the same
-    entry point), its `SIGNATURE`, and `build(archs)` for the compile gate."""
+    entry point), its `SIGNATURE`, its `FORM`, and `build(archs)` for the compile gate."""
     source = path.read_text()
     params = cuda_c.solve_signature(source, path.name)
     module = types.ModuleType(name)
     module.__file__ = str(path)
     module.SIGNATURE = params
-    module.solve = module.run = _Solve(path, params)
+    module.FORM = cuda_c.solve_form(source, path.name)  # SYNCHRONISING (timed eagerly) or STREAM (graph-capturable)
+    module.solve = module.run = _Solve(path, params, module.FORM)
     module.build = lambda archs: build(path, archs, shown=path.name)
     return module
