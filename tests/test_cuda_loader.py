@@ -176,3 +176,75 @@ def test_every_scalar_type_of_the_signature_has_a_ctypes_type():
     assert cuda_build._fits(255, ctypes.c_uint8) and not cuda_build._fits(256, ctypes.c_uint8)
     assert cuda_build._fits(-128, ctypes.c_int8) and not cuda_build._fits(-129, ctypes.c_int8)
     assert not cuda_build._fits(-1, ctypes.c_size_t)
+
+
+def _chain(version: str):
+    from loop.common import nvcc
+
+    return nvcc.Toolchain("/opt/somewhere/bin/nvcc", version[1:5], version, ("sm_90", "sm_100"), "pip")
+
+
+def test_the_fingerprint_names_nvcc_its_flags_and_the_devices_architecture(monkeypatch):
+    from loop.common import nvcc
+    from loop.worker import cuda_build
+
+    monkeypatch.setattr(nvcc, "toolchain", lambda: _chain("V13.0.88"))
+    on_h100 = cuda_build.fingerprint([9, 0])
+    assert on_h100["nvcc_version"] == "V13.0.88" and on_h100["nvcc_release"] == "13.0"
+    assert on_h100["nvcc_archs"] == ["sm_90"] and on_h100["nvcc_flags"] == cuda_build.flags_for(["sm_90"])
+    assert "arch=compute_90,code=sm_90" in on_h100["nvcc_flags"]
+    assert "/opt/somewhere" not in repr(on_h100)  # records keep tools by version, not by where they are installed
+    assert cuda_build.fingerprint([10, 0])["nvcc_flags"] != on_h100["nvcc_flags"]
+    no_gpu = cuda_build.fingerprint(None)
+    assert no_gpu["nvcc_archs"] == [] and no_gpu["nvcc_flags"] == list(cuda_build.BASE_FLAGS)
+    monkeypatch.setattr(nvcc, "toolchain", lambda: None)
+    assert cuda_build.fingerprint([9, 0]) == {"nvcc_release": None, "nvcc_version": None, "nvcc_source": None,
+                                              "nvcc_flags": None, "nvcc_archs": ["sm_90"]}
+
+
+def test_the_environment_probe_carries_the_cuda_c_fingerprint(monkeypatch):
+    from loop.common import nvcc
+    from loop.worker import environment
+
+    monkeypatch.setattr(nvcc, "toolchain", lambda: _chain("V13.4.92"))
+    found = environment.probe()
+    from loop.worker import cuda_build
+
+    assert found["nvcc_version"] == "V13.4.92" and found["nvcc_source"] == "pip"
+    assert found["nvcc_flags"] == cuda_build.fingerprint(found["capability"])["nvcc_flags"]
+    assert found["nvcc_archs"] == ([f"sm_{found['capability'][0]}{found['capability'][1]}"] if found["capability"] else [])
+
+
+def test_the_build_cache_key_changes_with_source_flags_toolkit_and_architecture():
+    from loop.worker import cuda_build
+
+    base = (b"src", cuda_build.flags_for(["sm_90"]), "V13.4.92", ["sm_90"])
+    variants = [
+        (b"src2", *base[1:]),
+        (base[0], [*base[1], "-DBLOCK=128"], *base[2:]),
+        (*base[:2], "V13.0.88", base[3]),
+        (*base[:3], ["sm_100"]),
+    ]
+    key = cuda_build.cache_key(*base)
+    assert cuda_build.cache_key(*base) == key  # the same build, the same key
+    assert len({key, *(cuda_build.cache_key(*v) for v in variants)}) == 1 + len(variants)
+
+
+def test_a_build_is_cached_under_its_toolkits_key(tmp_path, monkeypatch):
+    """build() keys its folder by nvcc's version: another toolkit does not take the first one's library."""
+    from loop.common import nvcc
+    from loop.worker import cuda_build
+
+    if nvcc.toolchain() is None:
+        pytest.skip(nvcc.why_none())
+    target = tmp_path / "scale_cuda.cu"
+    target.write_text(SYNCHRONISING)
+    real = nvcc.toolchain()
+    done = cuda_build.build(target, ["sm_90"], tmp_path / "cache")
+    assert done.key == cuda_build.cache_key(SYNCHRONISING.encode(), cuda_build.flags_for(["sm_90"]), real.version,
+                                            ["sm_90"])
+    assert cuda_build.build(target, ["sm_90"], tmp_path / "cache").cached
+    monkeypatch.setattr(nvcc, "toolchain", lambda: nvcc.Toolchain(real.path, real.release, real.version + "-other",
+                                                                  real.archs, real.source))
+    again = cuda_build.build(target, ["sm_90"], tmp_path / "cache")
+    assert not again.cached and again.key != done.key

@@ -90,8 +90,22 @@ def default_cache_root() -> Path:
 
 
 def cache_key(source: bytes, flags: list[str], version: str, archs: list[str]) -> str:
+    """The build cache's key: the source's bytes, nvcc's flags, its version and the architectures."""
     blob = json.dumps({"flags": flags, "nvcc": version, "archs": archs}, sort_keys=True).encode()
     return hashlib.sha256(source + b"\0" + blob).hexdigest()[:24]
+
+
+def fingerprint(capability: list[int] | None) -> dict:
+    """The CUDA C build's part of the environment fingerprint (in every record of a run): nvcc's
+    release and version and where it came from (not its path), and the flags and architectures a
+    kernel process builds with on this device (`capability`; none without a GPU). Nulls where no nvcc
+    is found."""
+    archs = [f"sm_{capability[0]}{capability[1]}"] if capability else []
+    chain = nvcc.toolchain()
+    if chain is None:
+        return {"nvcc_release": None, "nvcc_version": None, "nvcc_source": None, "nvcc_flags": None, "nvcc_archs": archs}
+    return {"nvcc_release": chain.release, "nvcc_version": chain.version, "nvcc_source": chain.source,
+            "nvcc_flags": flags_for(archs) if archs else list(BASE_FLAGS), "nvcc_archs": archs}
 
 
 def build(source_path: Path, archs: list[str], cache_root: Path | None = None, shown: str | None = None) -> Build:

@@ -1,5 +1,6 @@
 """What this machine has: the environment probe (GPU, driver, versions, tileiras and the
-architectures it accepts, ncu) and the health round trip. Safe without a GPU."""
+architectures it accepts, nvcc and the flags and architectures of CUDA C builds, ncu) and the health
+round trip. Safe without a GPU."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loop.worker.cuda_build import fingerprint as cuda_c_fingerprint
 from loop.worker.failures import load_module
 from loop.common.files import scratch
 
@@ -74,6 +76,7 @@ def probe() -> dict:
     except ImportError:
         pass
     info.update(_tileiras_facts())
+    info.update(cuda_c_fingerprint(info["capability"]))  # nvcc's version, the flags and architectures of CUDA C builds
     info["ncu"] = shutil.which("ncu")
     if info["ncu"]:
         info["ncu_version"] = _first_line([info["ncu"], "--version"], last=True)
