@@ -194,7 +194,7 @@ def test_a_value_that_fails_is_dropped_and_the_rest_measured_again(kernel_repo, 
     assert (by[1024]["status"], by[1024]["reason"]) == ("incorrect", "wrong at (127,)")
     assert [by[v]["status"] for v in (256, 512, 2048)] == ["ok"] * 3 and by[2048]["speedup"] > by[256]["speedup"]
     # the tree was not touched: the sweep chose, the iteration applies
-    assert (kernel_repo / TARGET).read_text() == VECTOR_ADD and st.load(kernel_repo, RUN).inflight["stage"] == "sweep"
+    assert (kernel_repo / TARGET).read_text() == VECTOR_ADD and st.load(kernel_repo, RUN).inflight.stage == "sweep"
 
 
 def test_the_repeats_are_bounded_and_a_failure_of_no_value_stops_the_sweep(kernel_repo, monkeypatch):
@@ -237,7 +237,7 @@ def test_a_kill_during_the_sweep_leaves_the_tree_at_the_best_and_counts_no_itera
         with pytest.raises(Killed):
             iteration.candidate(open_run(RUN, load_settings(), log=lambda _: None), cand)
         state = st.load(kernel_repo, RUN)
-        assert state.inflight["stage"] == "sweep" and state.inflight["key"] == cand.sweep.key
+        assert state.inflight.stage == "sweep" and state.inflight.key == cand.sweep.key
         assert gitops.head_sha(kernel_repo) == best and not git(kernel_repo, "status", "--porcelain", "--", TARGET).strip()
         resumed = open_run(RUN, load_settings(), log=lambda _: None)
         assert resume.repair(resumed) is None

@@ -18,6 +18,7 @@ import pytest
 
 from loop import decide
 from loop.common.errors import IntegrityError
+from loop.common.messages import Inflight
 from loop.common.settings import Settings
 from loop.records import experience, gitops, history
 from loop.records.perf_table import Row
@@ -239,7 +240,7 @@ def test_a_record_written_but_not_yet_sealed_is_not_taken_for_a_rewrite(run):
     resume finishes that iteration; any other record past the seal is refused."""
     repo, exp, _ = run
     baseline = json.loads(exp.results_path.read_text().splitlines()[0])
-    exp.state.inflight = {"iteration": 1, "stage": "record"}
+    exp.state.inflight = Inflight(1, "record")
     exp.save()
     with open(exp.results_path, "a") as fh:
         fh.write(json.dumps({**baseline, "iteration": 1}) + "\n")

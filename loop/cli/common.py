@@ -122,7 +122,7 @@ def status_payload(exp) -> dict:
     return {"run": s.run_id, "branch": s.branch, "target": s.target, "device": s.device,
             "target_backend": s.target_backend, "backends": s.availability, "best_commit": s.best_commit,
             "best_latency_ms": s.best_latency_ms, "iterations": max(s.last_iteration, 0),
-            "outcomes": s.outcomes, "inflight": s.inflight, "stopped": s.stopped,
+            "outcomes": s.outcomes, "inflight": s.inflight.to_json() if s.inflight else None, "stopped": s.stopped,
             "stop": exp.stop_state().to_json(), "perf_results": str(exp.perf_path.relative_to(exp.root)),
             "timings": "harness" if s.harness else "interpreter" if s.device == "cpu" else "gpu", "archs": s.archs,
             "skip_recipes": s.skip_recipes, "harness": s.harness, "kernel_class": kernel_class,

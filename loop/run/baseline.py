@@ -6,6 +6,7 @@ import time
 from dataclasses import replace
 
 from loop.common.errors import UserError
+from loop.common.messages import Inflight
 from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
 from loop.records.results import Record, append_record
@@ -50,7 +51,7 @@ def baseline(run: Run) -> Record:
     """The target measured as iteration 0 (verify, measure), committed with its record, the run's best."""
     started, t0 = now(), time.monotonic()
     src = (run.root / run.state.target).read_text()
-    run.state.inflight = {"iteration": 0, "stage": "measure", "optimization": "baseline"}
+    run.state.inflight = Inflight(0, "measure", "baseline")
     run.save()
     results, raw, gate = measuring.measure_version(run, 0, None, src)
     target = results[run.state.target_backend]

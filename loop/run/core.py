@@ -19,6 +19,7 @@ from typing import Callable
 from loop import decide
 from loop.common.errors import IntegrityError, UserError
 from loop.common.files import atomic_write_text
+from loop.common.messages import Stage
 from loop.common.settings import Settings
 from loop.measure.host import JudgeHost
 from loop.measure.launch import run_worker, start_judge_host
@@ -162,7 +163,7 @@ class Run:
             extra = [json.loads(line) for line in data[sealed:].decode().splitlines() if line.strip()]
         except (ValueError, AttributeError):
             return False
-        now = {self.state.last_iteration, (self.state.inflight or {}).get("iteration")}
+        now = {self.state.last_iteration, self.state.inflight.iteration if self.state.inflight else None}
         return all(isinstance(r, dict) and r.get("iteration") in now - done for r in extra)
 
     def check_records(self) -> None:
@@ -233,12 +234,13 @@ class Run:
                                       f"tileloop init {self.state.target} --branch NAME")
         return git_files.restore_git_dir(self.root, snap, where / "git")
 
-    def stage(self, name: str, **extra) -> None:
+    def stage(self, name: Stage, commit: str | None = None) -> None:
+        """The in-flight iteration at stage `name` (with its commit, once made), saved."""
         assert self.state.inflight is not None
-        self.state.inflight.update(stage=name, **extra)
+        self.state.inflight = self.state.inflight.at(name, commit)
         self.save()
         self.progress_view.update(stage=name)
-        if self.settings.test_kill_at == name and self.state.inflight.get("iteration", 0) >= 1:
+        if self.settings.test_kill_at == name and self.state.inflight.iteration >= 1:
             # fault injection for the resume tests: a kill -9 on entering this stage
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from loop import backends as backend_registry
 from loop import decide
 from loop.common.errors import UserError
+from loop.common.messages import Inflight
 from loop.common.settings import Settings
 from loop.measure import external, probe
 from loop.records import gitops
@@ -105,7 +106,7 @@ def describe(state: st.RunState) -> str:
     done = max(state.last_iteration, 0)
     interrupted = state.inflight is not None
     return (f"{state.run_id} on branch {state.branch}, {done} experiment(s)"
-            + (f", interrupted at iteration {state.inflight['iteration']}" if interrupted else ""))
+            + (f", interrupted at iteration {state.inflight.iteration}" if interrupted else ""))
 
 
 def _target(target: str, root: Path, harness: external.Harness | None, target_backend: str | None,
@@ -168,7 +169,7 @@ def _start(root: Path, state: st.RunState, settings: Settings, log: Log) -> Run:
     resume`), make its branch, then measure the baseline. A failure that is not a kill undoes it all."""
     gitops.ensure_excluded(root, f"/{st.SANDBOX}/")
     previous = st.current_or_none(root)
-    state.inflight = {"iteration": 0, "stage": "start", "optimization": "baseline"}
+    state.inflight = Inflight(0, "start", "baseline")
     exp = Run(root, state, settings, log)
     exp.save()
     st.set_current(root, state.run_id)

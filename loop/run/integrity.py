@@ -56,7 +56,7 @@ def changed_while_measured(run: Run, cand_src: str) -> decide.Decision | None:
     where = refused_dir(run)
     git_files = run.restore_git_dir(where)  # first: before git reads a planted file
     records = run.put_records_back()
-    sha = (run.state.inflight or {}).get("commit")
+    sha = run.state.inflight.commit if run.state.inflight else None
     if sha and gitops.put_branch_back(run.root, run.state.branch, sha):
         records.append(f"branch {run.state.branch}")
     others, new = violations(run)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from loop import decide as rules
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
+from loop.common.messages import Inflight
 from loop.measure.evaluate import guard_failures
 from loop.measure.launch import JudgeAhead
 from loop.records import gitops
@@ -135,8 +136,8 @@ def apply(run: Run, it: Iteration) -> Iteration:
     """The proposed source written to the target (an agent's edit is there already); then the run's
     position and the tree checked (only the target changed), and both versions read."""
     if it.source is not None:
-        run.state.inflight = {"iteration": it.n, "stage": "apply", "key": it.key, "optimization": it.optimization,
-                              "hypothesis": it.hypothesis, "recipe": it.recipe, **({"sweep": it.sweep} if it.sweep else {})}
+        run.state.inflight = Inflight(it.n, "apply", it.optimization, key=it.key, hypothesis=it.hypothesis,
+                                      recipe=it.recipe, sweep=it.sweep or None)
         run.save()
         atomic_write_text(run.root / run.state.target, it.source)
         run.stage("apply")
@@ -155,13 +156,12 @@ def commit(run: Run, it: Iteration) -> Iteration:
     """The change described (can it show in this run's timing?) and committed with a pending message."""
     change = describe(it.incumbent, it.candidate, it.kind)
     can = rules.measurability(change, run.timing_mode)  # before timing: can this change show in it?
-    run.state.inflight = {"iteration": it.n, "stage": "commit", "optimization": it.optimization,
-                          "hypothesis": it.hypothesis, "recipe": it.recipe, "key": it.key, "started": it.started,
-                          "kind": it.kind, **({"sweep": it.sweep} if it.sweep else {})}
+    run.state.inflight = Inflight(it.n, "commit", it.optimization, key=it.key, hypothesis=it.hypothesis,
+                                  recipe=it.recipe, started=it.started, kind=it.kind, sweep=it.sweep or None)
     run.stage("commit")
     sha = gitops.commit(run.root, pending_message(run, it.n, it.optimization, it.hypothesis), [run.state.target],
                         allow_empty=it.candidate == it.incumbent)
-    run.state.inflight["commit"] = sha
+    run.state.inflight = replace(run.state.inflight, commit=sha)
     run.save()
     if not can.measurable:
         run.log(f"#{it.n} unmeasured: {can.reason}; correctness is checked, the timing is not decided on")

@@ -113,7 +113,7 @@ def judged(run: Run, n: int, workdir: Path, impls: dict[str, Path], check: list[
 
 
 def on_measure(run: Run, n: int, what: str) -> None:
-    if run.state.inflight is not None and run.state.inflight.get("stage") != "measure":
+    if run.state.inflight is not None and run.state.inflight.stage != "measure":
         run.stage("measure")
     run.log(f"#{n} {what}")
 

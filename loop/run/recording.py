@@ -85,14 +85,13 @@ def count(run: Run, decision: decide.Decision, status: str) -> None:
     run.state.verdicts.append(decision.verdict)
     if status == "crash":
         run.state.crash_causes.append(decision.verdict)
-    inflight = run.state.inflight or {}
-    key = inflight.get("key")
+    key = run.state.inflight.key if run.state.inflight else None
     if key and decision.verdict == decide.VOID:  # a void measurement says nothing: tried again once, as a kill is
         (run.state.tried if key in run.state.interrupted else run.state.interrupted).append(key)
     elif key:
         run.state.tried.append(key)
-    if status == "keep" and decision.priority == "low" and inflight.get("key"):
-        run.state.demoted.append(inflight["key"].split("=")[0])
+    if status == "keep" and decision.priority == "low" and key:
+        run.state.demoted.append(key.split("=")[0])
 
 
 def remember(run: Run, record: Record) -> None:

@@ -7,6 +7,7 @@ import json
 
 from loop import decide
 from loop.common.errors import EnvironmentMismatch, IntegrityError, UserError
+from loop.common.messages import Inflight
 from loop.common.processes import end_leftovers
 from loop.measure import external
 from loop.measure.evaluate import not_run
@@ -35,21 +36,21 @@ def repair(run: Run) -> Record | None:
     inflight = run.state.inflight
     if not inflight:
         return None
-    n = inflight["iteration"]
+    n = inflight.iteration
     if n == 0:
         return resume_baseline(run)
     done = [r for r in run.records() if r.iteration == n]
     if done:
         finish(run, done[0])
         return done[0]
-    if inflight.get("stage") == "record" and (run.iter_dir(n) / "record.json").exists():
+    if inflight.stage == "record" and (run.iter_dir(n) / "record.json").exists():
         return finish(run, Record.from_json(json.loads((run.iter_dir(n) / "record.json").read_text())))
     tip = gitops.head_sha(run.root)
     tip_trailers = gitops.parse_trailers(gitops.commit_message(run.root, tip))
     is_experiment = tip != run.state.best_commit and tip_trailers.get("Tileloop-Run") == run.state.run_id \
         and tip_trailers.get("Tileloop-Iteration") == str(n)
-    optimization = inflight.get("optimization") or inflight.get("key") or "interrupted change"
-    interrupted_at = inflight.get("stage")  # before the record stage is entered below
+    optimization = inflight.optimization or inflight.key or "interrupted change"
+    interrupted_at = inflight.stage  # before the record stage is entered below
     if is_experiment:
         run.stage("record", commit=tip)
     elif not _commit_applied(run, inflight, optimization):
@@ -57,19 +58,19 @@ def repair(run: Run) -> Record | None:
     return finish(run, _interrupted(run, inflight, optimization, interrupted_at))
 
 
-def _commit_applied(run: Run, inflight: dict, optimization: str) -> bool:
+def _commit_applied(run: Run, inflight: Inflight, optimization: str) -> bool:
     """An iteration cut off before its commit: the change applied to the target committed now (True),
     or, with nothing applied, the in-flight marker dropped (False; a sweep's key is tried again once)."""
-    n, tip = inflight["iteration"], gitops.head_sha(run.root)
+    n, tip = inflight.iteration, gitops.head_sha(run.root)
     if tip != run.state.best_commit:
         raise UserError(f"branch tip {tip[:10]} is neither the best commit nor the interrupted experiment",
                         hint="inspect the branch by hand; tileloop will not move commits it did not make")
     target_path = run.root / run.state.target
     if target_path.read_text() == gitops.show_file(run.root, run.state.best_commit, run.state.target):
-        if inflight.get("stage") == "sweep" and inflight.get("key"):  # a sweep counts no iteration; tried again once
-            key = inflight["key"]
+        if inflight.stage == "sweep" and inflight.key:  # a sweep counts no iteration; tried again once
+            key = inflight.key
             (run.state.tried if key in run.state.interrupted else run.state.interrupted).append(key)
-            run.log(f"#{n} the sweep {inflight.get('optimization', key)} was interrupted before it chose: "
+            run.log(f"#{n} the sweep {inflight.optimization} was interrupted before it chose: "
                     "no iteration recorded, the tree is at the best version")
         run.state.inflight = None
         run.save()
@@ -79,13 +80,13 @@ def _commit_applied(run: Run, inflight: dict, optimization: str) -> bool:
         raise IntegrityError(f"the change touches files other than the target {run.state.target}: "
                              f"{', '.join((others + new)[:8])}",
                              hint="an iteration may change the target file only; revert the other files")
-    sha = gitops.commit(run.root, pending_message(run, n, optimization, inflight.get("hypothesis", "")),
+    sha = gitops.commit(run.root, pending_message(run, n, optimization, inflight.hypothesis or ""),
                         [run.state.target])
     run.stage("record", commit=sha)
     return True
 
 
-def _interrupted(run: Run, inflight: dict, optimization: str, interrupted_at: str | None) -> Record:
+def _interrupted(run: Run, inflight: Inflight, optimization: str, interrupted_at: str) -> Record:
     """The record of the interrupted iteration: a crash (interrupted), counted as one, its key tried again once."""
     results = (external.not_run_results("interrupted") if run.state.harness else
                {name: not_run(name, run.state.availability, "interrupted") for name in run.state.backends})
@@ -93,15 +94,15 @@ def _interrupted(run: Run, inflight: dict, optimization: str, interrupted_at: st
     run.state.outcomes.append("crash")
     run.state.verdicts.append("interrupted")
     run.state.crash_causes.append("interrupted")
-    key = inflight.get("key")
+    key = inflight.key
     if key:  # a kill says nothing about the candidate: it is tried again once, then counts as tried
         (run.state.tried if key in run.state.interrupted else run.state.interrupted).append(key)
-    return new_record(run, inflight["iteration"], optimization=f"{optimization} (interrupted)", status="crash",
-                      source=(run.root / run.state.target).read_text(), started=inflight.get("started", now()),
-                      wall_s=0.0, hypothesis=inflight.get("hypothesis", ""), recipe=key or inflight.get("recipe"),
+    return new_record(run, inflight.iteration, optimization=f"{optimization} (interrupted)", status="crash",
+                      source=(run.root / run.state.target).read_text(), started=inflight.started if inflight.started is not None else now(),
+                      wall_s=0.0, hypothesis=inflight.hypothesis or "", recipe=key or inflight.recipe,
                       correctness=NOT_CHECKED, latency_ms=None, backends=results, decision=decision.to_json(),
                       stop=run.stop_state().to_json(), failure={"status": "interrupted", "message": decision.reason},
-                      sweep=inflight.get("sweep"))
+                      sweep=inflight.sweep)
 
 
 def check_environment(run: Run, probe: dict) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
+from loop.common.messages import Inflight
 
 STATE_SCHEMA = "tileloop.state/1"
 SANDBOX = "sandbox"
@@ -54,7 +55,7 @@ class RunState:
     interrupted: list[str] = field(default_factory=list)  # candidate (or sweep) keys cut off once by a kill (retried once)
     skip_recipes: list[str] = field(default_factory=list)  # recipe ids this run never proposes (--skip-recipe)
     active_s: float = 0.0  # time spent in iterations, summed over sessions
-    inflight: dict | None = None
+    inflight: Inflight | None = None
     stopped: dict | None = None
     created: str = ""
     schema: str = STATE_SCHEMA
@@ -83,11 +84,16 @@ def content_digest(data: dict) -> str:
 
 def save(root: Path, state: RunState) -> str:
     """Write state.json with the hash of its own content; return the text written."""
-    data = asdict(state)
+    data = to_json(state)
     data["records_seal"] = state.records_seal = {**state.records_seal, "state": content_digest(data)}
     text = json.dumps(data, indent=1, sort_keys=True)
     atomic_write_text(state_path(root, state.run_id), text)
     return text
+
+
+def to_json(state: RunState) -> dict:
+    """The state as state.json holds it (the in-flight marker as `Inflight.to_json` writes it)."""
+    return {**asdict(state), "inflight": state.inflight.to_json() if state.inflight else None}
 
 
 def intact(root: Path, run_id: str) -> bool:
@@ -112,7 +118,8 @@ def load(root: Path, run_id: str) -> RunState:
     if data.get("schema") != STATE_SCHEMA:
         raise UserError(f"run {run_id} has state schema {data.get('schema')!r}, this tileloop reads {STATE_SCHEMA}")
     names = {f.name for f in fields(RunState)}
-    return RunState(**{k: v for k, v in data.items() if k in names})
+    state = RunState(**{k: v for k, v in data.items() if k in names})
+    return replace(state, inflight=Inflight.from_json(state.inflight)) if state.inflight else state
 
 
 def set_current(root: Path, run_id: str) -> None:

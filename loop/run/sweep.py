@@ -20,6 +20,7 @@ timed: no value is picked, and the step's own value is evaluated, which the unme
 from __future__ import annotations
 
 from loop import decide
+from loop.common.messages import Inflight
 from loop.decide import sweep as sweeps
 from loop.records import gitops
 from loop.records.results import BackendResult
@@ -36,8 +37,8 @@ def sweep_stage(run: Run, n: int, cand: Candidate, sweep: Sweep, hypothesis: str
     the record's `sweep` summary and the value to measure again alone (None: none was timed)."""
     run.progress_view.update(iteration=n, change=sweep.title)
     run.log(f"#{n} sweep {sweep.title} [{cand.recipe}]")
-    run.state.inflight = {"iteration": n, "stage": "sweep", "key": sweep.key, "optimization": sweep.title,
-                          "hypothesis": hypothesis, "recipe": cand.recipe, "kind": cand.kind}
+    run.state.inflight = Inflight(n, "sweep", sweep.title, key=sweep.key, hypothesis=hypothesis, recipe=cand.recipe,
+                                  kind=cand.kind)
     run.save()
     run.stage("sweep")
     incumbent = gitops.show_file(run.root, run.state.best_commit, run.state.target)
