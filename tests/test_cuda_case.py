@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import sys
 
 import pytest
 
+from loop.common import nvcc
 from loop.common.errors import UserError
 from loop.target import cuda_c as cuda_target
 
@@ -76,9 +78,11 @@ def test_tileloop_spec_makes_a_case_a_target_and_check_runs_its_reference_on_the
     assert out["language"] == "cuda"
     assert [p["what"] for p in out["problems"]] == [next(p["what"] for p in out["problems"] if "flops" in p["what"])]
     spec.write_text(text.replace("return 0  # TODO", "return math.prod(shape)"))
-    out = check(target, device="cpu", archs=[], settings=load(), root=case)
-    assert out["ok"], out["problems"]
-    assert not out["kernel_run"] and "the kernel itself was not run" in out["warnings"][0]["what"]
+    capsys.readouterr()
+    assert main(["check", str(target), "--device", "cpu", "--archs", "none", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["language"] == "cuda", out["problems"]
+    assert "the kernel itself was not run" in out["warnings"][0]["what"]
     # the case's reference is the one run: a ref.py that fails is named by check
     (case / "ref.py").write_text(REF.replace("out.copy_(x + y)", 'raise ValueError("the case reference ran")'))
     out = check(target, device="cpu", archs=[], settings=load(), root=case)
@@ -153,3 +157,22 @@ def test_an_imported_case_is_not_overwritten_without_force(tmp_path):
     assert spec.read_text() == "# edited\n"
     cuda_target.import_case(case, force=True)
     assert "case_reference" in spec.read_text() and target.read_text() == V0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc.toolchain() is None, reason=nvcc.why_none())
+def test_an_imported_case_passes_check_with_its_build_for_sm_90(tmp_path):
+    """The CPU's whole check of an imported case: the spec's, the case's reference, and nvcc's build."""
+    pytest.importorskip("torch")
+    from loop.common.settings import load
+    from loop.target.check import check
+
+    case = _case(tmp_path / "add")
+    target, spec = cuda_target.import_case(case)
+    spec.write_text(spec.read_text().replace("return 0  # TODO", "return math.prod(shape)"))
+    out = check(target, device="cpu", archs=["sm_90"], settings=load(), root=case)
+    assert out["ok"], out["problems"]
+    assert "the ahead-of-time build for sm_90" in out["warnings"][0]["what"]
+    (case / "add_cuda.cu").write_text(V0.replace("in0[i] + in1[i]", "in0[i] + in2[i]"))
+    out = check(target, device="cpu", archs=["sm_90"], settings=load(), root=case)
+    assert any("does not compile for sm_90" in p["what"] and "in2" in p["what"] for p in out["problems"])
