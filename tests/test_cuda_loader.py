@@ -133,7 +133,8 @@ def test_the_loader_calls_solve_with_the_inputs_by_name_and_c_type(tmp_path):
     (lambda t, i: i.update(n=t.ones(8)), "make_inputs gives a tensor for solve's parameter int n (a scalar)"),
     (lambda t, i: i.update(y=t.zeros(16)[::2]),
      "y: float* y (a float32 tensor) needs a contiguous tensor on cpu, got one on cpu, strided"),
-    (lambda t, i: i.pop("x"), "solve's parameter const float* x (a float32 tensor, input) is not among make_inputs' names"),
+    (lambda t, i: i.pop("x"),
+     "solve's parameter const float* x (a float32 tensor, input) is not among make_inputs' names"),
     (lambda t, i: i.update(extra=1), "make_inputs' 'extra' is no parameter of solve"),
 ])
 def test_the_loader_refuses_a_mismatch_in_one_line_and_calls_nothing(tmp_path, change, message):
@@ -212,7 +213,8 @@ def test_the_environment_probe_carries_the_cuda_c_fingerprint(monkeypatch):
 
     assert found["nvcc_version"] == "V13.4.92" and found["nvcc_source"] == "pip"
     assert found["nvcc_flags"] == cuda_build.fingerprint(found["capability"])["nvcc_flags"]
-    assert found["nvcc_archs"] == ([f"sm_{found['capability'][0]}{found['capability'][1]}"] if found["capability"] else [])
+    cap = found["capability"]
+    assert found["nvcc_archs"] == ([f"sm_{cap[0]}{cap[1]}"] if cap else [])
 
 
 def test_the_build_cache_key_changes_with_source_flags_toolkit_and_architecture():

@@ -232,7 +232,8 @@ def mismatches(params: list[Param], inputs: dict[str, bool]) -> list[str]:
     for p in params:
         if p.stream:
             if p.name in inputs:
-                out.append(f"make_inputs gives {p.name!r}, {ENTRY}'s {p.ctype}: the caller passes the stream to launch on")
+                out.append(f"make_inputs gives {p.name!r}, {ENTRY}'s {p.ctype}: the caller passes the stream to "
+                           "launch on")
             continue
         if p.name not in inputs:
             out.append(f"{ENTRY}'s parameter {p.describe()} is not among make_inputs' names")

@@ -69,8 +69,8 @@ def skeleton(op: str, params: list[cuda_c.Param], declared: str, outputs: tuple[
         "Written by `tileloop spec` from the CUDA C target's entry point",
         f"    {declared}",
         "each parameter an input of the same name: a pointer a tensor on the GPU (its dtype the C type's,",
-        'the only one DTYPES can hold), any other a scalar' + (f' ({stream}, the cudaStream_t, is passed by the caller).'
-                                                               if stream else "."),
+        "the only one DTYPES can hold), any other a scalar"
+        + (f" ({stream}, the cudaStream_t, is passed by the caller)." if stream else "."),
         *textwrap.wrap(f"How it is timed: {timing(form)}.", 100),
         'Fill in the TODOs and the `...`, then run `tileloop check` on the target."""',
         "",
@@ -130,8 +130,8 @@ def case_files(folder: Path) -> tuple[Path, Path]:
     missing = [n for n, found in ((CASE_KERNEL, kernel), (CASE_REFERENCE, reference.is_file())) if not found]
     if missing:
         raise UserError(f"{folder} is no case in the seed skill's layout: it has no {' and no '.join(missing)}",
-                        hint=f"a case folder holds {CASE_KERNEL} (or v0/{CASE_KERNEL}) with extern \"C\" void solve(...) "
-                             f"and {CASE_REFERENCE} defining reference(**kwargs)")
+                        hint=f"a case folder holds {CASE_KERNEL} (or v0/{CASE_KERNEL}) with extern \"C\" void "
+                             f"solve(...) and {CASE_REFERENCE} defining reference(**kwargs)")
     return kernel, reference
 
 
@@ -201,13 +201,14 @@ def case_spec(op: str, params: list[cuda_c.Param], declared: str, fn: ast.Functi
         "    return tuple(inputs[name] for name in OUTPUTS) if len(OUTPUTS) != 1 else inputs[OUTPUTS[0]]",
     ])
     doc = '    """The op in PyTorch; return the value of each output buffer, in the order of OUTPUTS."""'
-    case_doc = ('    """The case\'s reference(**kwargs) on copies of the inputs: what it returns, else the value of each '
-                'output buffer\n    it wrote in place, in the order of OUTPUTS."""')
+    case_doc = ('    """The case\'s reference(**kwargs) on copies of the inputs: what it returns, else the value '
+                'of each output buffer\n    it wrote in place, in the order of OUTPUTS."""')
     text = text.replace(doc, case_doc).replace(f'    raise NotImplementedError("write {op} in PyTorch here")', body)
     text = text.replace("import torch\n", f"import torch\n\nfrom {CASE_MODULE} import reference as case_reference  "
                         f"# the case's reference(**kwargs), in {CASE_REFERENCE} beside this spec\n", 1)
-    return text.replace("Written by `tileloop spec` from", f"Written by `tileloop spec` from a case in the seed skill's "
-                        f"layout ({CASE_KERNEL} and {CASE_REFERENCE}),\nthe reference its {CASE_REFERENCE}'s; from", 1)
+    return text.replace("Written by `tileloop spec` from", "Written by `tileloop spec` from a case in the seed "
+                        f"skill's layout ({CASE_KERNEL} and {CASE_REFERENCE}),\nthe reference its {CASE_REFERENCE}'s; "
+                        "from", 1)
 
 
 def case_op(folder: Path) -> str:

@@ -39,10 +39,10 @@ BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-lineinfo", "-Xptxas", "
 LIBRARY = "solve.so"
 # a scalar parameter's C type -> its ctypes type (every type of cuda_c.SCALAR_KINDS)
 _CTYPES = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "unsigned int": ctypes.c_uint, "unsigned": ctypes.c_uint,
-           "uint32_t": ctypes.c_uint32, "long": ctypes.c_long, "long long": ctypes.c_longlong, "int64_t": ctypes.c_int64,
-           "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "short": ctypes.c_short, "int16_t": ctypes.c_int16,
-           "char": ctypes.c_byte, "int8_t": ctypes.c_int8, "bool": ctypes.c_bool, "float": ctypes.c_float,
-           "double": ctypes.c_double}
+           "uint32_t": ctypes.c_uint32, "long": ctypes.c_long, "long long": ctypes.c_longlong,
+           "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "short": ctypes.c_short,
+           "int16_t": ctypes.c_int16, "char": ctypes.c_byte, "int8_t": ctypes.c_int8, "bool": ctypes.c_bool,
+           "float": ctypes.c_float, "double": ctypes.c_double}
 
 
 class BuildError(Exception):
@@ -103,7 +103,8 @@ def fingerprint(capability: list[int] | None) -> dict:
     archs = [f"sm_{capability[0]}{capability[1]}"] if capability else []
     chain = nvcc.toolchain()
     if chain is None:
-        return {"nvcc_release": None, "nvcc_version": None, "nvcc_source": None, "nvcc_flags": None, "nvcc_archs": archs}
+        return {"nvcc_release": None, "nvcc_version": None, "nvcc_source": None, "nvcc_flags": None,
+                "nvcc_archs": archs}
     return {"nvcc_release": chain.release, "nvcc_version": chain.version, "nvcc_source": chain.source,
             "nvcc_flags": flags_for(archs) if archs else list(BASE_FLAGS), "nvcc_archs": archs}
 
