@@ -400,6 +400,13 @@ def test_a_lost_task_is_sent_again_once(kernel_repo, monkeypatch, second):
         assert "suite run --ray --resume starts it anew" in got["error"]
     else:
         assert "error" not in got and got["node"] == "n2" and "before a checkpoint had come back" in got["lost_task"]
+        # what the run cost the driver, over both its tasks: the start's bundle sent to each, the result taken in
+        from loop.suite.ray_task import make_bundle
+
+        start = len(make_bundle(kernel_repo, [f"refs/heads/{call.start_branch}"]))
+        cost = got["driver"]
+        assert cost["sent_bytes"] == 2 * start and cost["returned_bytes"] == len(result.archive) and cost["checkpoints"] == 0
+        assert cost["driver_s"] == pytest.approx(cost["send_s"] + cost["fetch_s"] + cost["take_s"], abs=1e-3)
     assert json.loads((kernel_repo / "sandbox" / "suite" / f"{run}.json").read_text()) == got
 
 

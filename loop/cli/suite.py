@@ -9,7 +9,7 @@ from pathlib import Path
 from loop.cli.common import arch_list, common, duration, emit, positive_int
 from loop.common.files import atomic_write_text
 from loop.common.errors import UserError
-from loop.suite import nodes, runner, summary, unattended
+from loop.suite import nodes, runner, simulate, summary, unattended
 
 
 def add_suite(sp: argparse.ArgumentParser) -> None:
@@ -78,7 +78,7 @@ def cmd_suite(args, settings) -> int:
     elif args.commands:
         raise UserError("--command goes with --unattended-json (it is shown on that page)")
     emit(args, {"entries": len(entries), "out": args.out, "markdown": text, "nodes": nodes.node_rows(entries),
-                "plot": str(plot) if drawn else None}, text)
+                "plot": str(plot) if drawn else None, "simulation": simulate.simulate(entries)}, text)
     return 0
 
 

@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop.common.errors import UserError
@@ -123,13 +123,39 @@ class Job:
     refs: dict[str, str]
     bundle: object  # an object reference to the bundle's bytes
     records: bytes | None
+    bundle_bytes: int = 0  # the bundle's size
+
+
+@dataclass
+class DriverCost:
+    """What one target's run cost the driver, over every task of it in this suite call: the bytes
+    sent (the bundle each task starts from, shared by new runs but fetched by each task's node, and a
+    resumed run's records) and the time to make and put them; the checkpoints and the result that
+    came back (their bundles' and archives' bytes), the time to fetch them from the object store and
+    the time to take them into the repository."""
+
+    sent_bytes: int = 0
+    send_s: float = 0.0
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    returned_bytes: int = 0
+    fetch_s: float = 0.0
+    take_s: float = 0.0
+
+    def as_entry(self) -> dict:
+        """The entry's `driver`: these, rounded, and the driver's seconds for the run in all."""
+        return {"sent_bytes": self.sent_bytes, "send_s": round(self.send_s, 4), "checkpoints": self.checkpoints,
+                "checkpoint_bytes": self.checkpoint_bytes, "returned_bytes": self.returned_bytes,
+                "fetch_s": round(self.fetch_s, 4), "take_s": round(self.take_s, 4),
+                "driver_s": round(self.send_s + self.fetch_s + self.take_s, 4)}
 
 
 @dataclass
 class Task:
     """A target's task in flight, as the driver follows it: its stream, the run's refs here as the
     task last left them (as sent, then as each checkpoint set them), the last iteration checkpointed
-    here (-1: none), the node it ran on, and why an earlier task of the target was lost (if one was)."""
+    here (-1: none), the node it ran on, why an earlier task of the target was lost (if one was),
+    and what the run has cost the driver so far."""
 
     target: str
     stream: object  # Ray's generator of object references: checkpoints, then the result
@@ -137,6 +163,7 @@ class Task:
     checkpoint: int
     node: str = "its node"
     lost: str | None = None
+    cost: DriverCost = field(default_factory=DriverCost)
 
 
 class LostTask(Exception):
@@ -158,23 +185,29 @@ class Sender:
         self.ray, self.call, self.remote, self.identity = ray, call, remote, identity
         self.start_ref = f"refs/heads/{call.start_branch}"
         self.shared = None
+        self.shared_bytes = 0
 
-    def send(self, target: str, lost: str | None = None) -> Task:
-        """The target's task started; `lost` says why an earlier one was lost (then it resumes)."""
-        call, job = self.call, self.job(target)
+    def send(self, target: str, lost: str | None = None, cost: DriverCost | None = None) -> Task:
+        """The target's task started; `lost` says why an earlier one was lost (then it resumes),
+        `cost` what the run cost the driver before (its earlier task's)."""
+        call, t0 = self.call, time.monotonic()
+        job = self.job(target)
         if job.bundle is None:  # every new run starts from the same bundle: one copy in the object store
             if self.shared is None:
                 start_bundle = make_bundle(call.root, [self.start_ref])
                 call.log(f"[ray] the bundle of {call.start_branch} ({call.start_sha[:12]}): {len(start_bundle) / 1024:.0f} KiB")
-                self.shared = self.ray.put(start_bundle)
-            job = Job(target, job.refs, self.shared, None)
+                self.shared, self.shared_bytes = self.ray.put(start_bundle), len(start_bundle)
+            job = Job(target, job.refs, self.shared, None, self.shared_bytes)
         spec = TaskInput(target=target, start_branch=call.start_branch, start_sha=call.start_sha, refs=job.refs,
                          per_run_s=call.per_run_s, extra=call.extra, identity=self.identity)
         stream = self.remote.remote(spec, job.bundle, job.records)
         call.log(f"[ray] {target}: " + (f"sent with its records (tileloop resume; {len(job.records) / 1024:.0f} KiB)"
                                         if job.records else "sent"))
         here = last_sealed(call.root, run_id_of(target)) if job.records else -1
-        return Task(target=target, stream=stream, refs=job.refs, checkpoint=here, lost=lost)
+        cost = cost or DriverCost()
+        cost.sent_bytes += job.bundle_bytes + len(job.records or b"")
+        cost.send_s += time.monotonic() - t0
+        return Task(target=target, stream=stream, refs=job.refs, checkpoint=here, lost=lost, cost=cost)
 
     def job(self, target: str) -> Job:
         """A new run (no bundle yet: the shared one goes with it) or a run to resume: its refs, a
@@ -184,8 +217,8 @@ class Sender:
         if existing_run(root, target) is None:
             return Job(target, refs, None, None)
         refs.update(run_refs(root, run_id, branch_of(target)))
-        bundle = self.ray.put(make_bundle(root, list(refs)))
-        return Job(target, refs, bundle, pack({RUN_FOLDER: st.run_dir(root, run_id)}))
+        data = make_bundle(root, list(refs))
+        return Job(target, refs, self.ray.put(data), pack({RUN_FOLDER: st.run_dir(root, run_id)}), len(data or b""))
 
 
 class RayEngine:
@@ -287,6 +320,7 @@ class RayEngine:
     def _follow(self, call: SuiteCall, task: Task) -> dict | None:
         """The next item of a task's stream taken in: a checkpoint (None: the run goes on) or the
         result (the run's entry). A task lost with its process or node raises `LostTask`."""
+        t0 = time.monotonic()
         try:
             item = self.ray.get(next(task.stream))
         except StopIteration:
@@ -295,11 +329,12 @@ class RayEngine:
             raise LostTask(type(exc).__name__) from exc
         except self.ray.exceptions.RayError as exc:
             return self._failed(call, task, type(exc).__name__)
+        task.cost.fetch_s += time.monotonic() - t0  # the item's bytes from its node's object store to this one
         with sigterm_held():  # a SIGTERM now ends the suite once what came back is in whole
             if isinstance(item, Checkpoint):
                 self._checkpoint(call, task, item)
                 return None
-            return self._take(call, task.target, item, task.refs, task.lost)
+            return self._take(call, task, item)
 
     def _resend(self, call: SuiteCall, sender: Sender, task: Task, lost: str) -> Task:
         """A lost task's run sent again: resumed from its last checkpoint here, or from the start."""
@@ -309,7 +344,7 @@ class RayEngine:
         reason = (f"the Ray task on {task.node} was lost ({lost}) "
                   + (f"after iteration {task.checkpoint} had come back; resumed from it" if task.checkpoint >= 0
                      else "before a checkpoint had come back; started again") + " in a new task")
-        return sender.send(task.target, lost=reason)
+        return sender.send(task.target, lost=reason, cost=task.cost)
 
     def _failed(self, call: SuiteCall, task: Task, why: str) -> dict:
         """The entry of a task that failed: what of its run is here (the last checkpoint) and what
@@ -334,13 +369,17 @@ class RayEngine:
             return
         take_records(root, run_id, checkpoint.archive)
         task.refs, task.checkpoint = checkpoint.refs, checkpoint.iteration
+        task.cost.checkpoints += 1
+        task.cost.checkpoint_bytes += len(checkpoint.bundle or b"") + len(checkpoint.archive)
+        task.cost.take_s += time.monotonic() - t0
         call.log(f"[ray] {task.target}: iteration {checkpoint.iteration} checkpointed from {checkpoint.node} "
                  f"(task pid {checkpoint.pid}): bundle {len(checkpoint.bundle or b'') / 1024:.0f} KiB, "
                  f"records {len(checkpoint.archive) / 1024:.0f} KiB, taken in {time.monotonic() - t0:.2f} s")
 
-    def _take(self, call: SuiteCall, target: str, result: TaskResult, sent: dict[str, str], lost: str | None) -> dict:
+    def _take(self, call: SuiteCall, task: Task, result: TaskResult) -> dict:
         """A task's result brought into the repository and the output folder; its entry (with why
-        an earlier task of the run was lost, if one was)."""
+        an earlier task of the run was lost, if one was, and what the run cost the driver)."""
+        target, sent, lost = task.target, task.refs, task.lost
         root, run_id = call.root, run_id_of(target)
         for line in result.log:
             call.log(f"[{result.node}] {line}")
@@ -357,6 +396,9 @@ class RayEngine:
             unpack(result.archive, OUT_FOLDER, call.out_dir, replace=False)
             call.log(f"[ray] {target}: came back from {result.node}: bundle {len(result.bundle or b'') / 1024:.0f} KiB, "
                      f"records {len(result.archive) / 1024:.0f} KiB, taken in {time.monotonic() - t0:.2f} s")
+        task.cost.returned_bytes += len(result.bundle or b"") + len(result.archive)
+        task.cost.take_s += time.monotonic() - t0
+        entry["driver"] = task.cost.as_entry()
         atomic_write_text(call.out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
         return entry
 

@@ -18,7 +18,7 @@ from loop.records import methods
 from loop.records.perf_table import markdown_table
 from loop.records.results import Record, cumulative
 from loop.run.levers import roofline
-from loop.suite import nodes
+from loop.suite import nodes, simulate
 
 ENTRY_SCHEMA = "tileloop.suite-entry/1"
 
@@ -74,7 +74,7 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
         "outcomes": {k: sum(r.status == k for r in experiments) for k in ("keep", "revert", "crash", "unmeasured")},
         "median_iteration_wall_s": statistics.median(walls) if (walls := of_records["experiment_wall_s"]) else None,
         "kept": [f"#{r.iteration} {r.optimization} ({r.speedup:.2f}x)" for r in experiments if r.status == "keep" and r.speedup],
-        "stop": state.get("stopped") or recs[-1].stop, "availability": state.get("availability", {}),
+        "stop": state.get("stopped") or (recs[-1].stop.to_json() if recs[-1].stop else {}), "availability": state.get("availability", {}),
         "cut_off": cut_off, "suite_wall_s": wall_s,
         **of_records,
     }
@@ -94,7 +94,7 @@ def from_records(recs: list[Record]) -> dict:
 def interrupted(r: Record) -> bool:
     """An experiment the run's stop cut (a crash record of no wall time, tried again on resume): no
     experiment's time, and not one of the experiments a run made."""
-    return r.status == "crash" and (r.decision or {}).get("verdict") == "interrupted"
+    return r.status == "crash" and r.verdict == "interrupted"
 
 
 def _f(x, fmt="{:.6f}") -> str:
@@ -189,7 +189,8 @@ def target_rows(entries: list[dict]) -> list[dict]:
 
 def summarize(entries: list[dict], title: str, plot_note: str = "No plot.") -> str:
     """The suite's summary page: the table of its entries, the targets, the rows per node (and
-    `plot_note`, the line on its plot), the recipes kept, Triton against cuTile."""
+    `plot_note`, the line on its plot), its wall time simulated on more GPUs, the recipes kept,
+    Triton against cuTile."""
     every = entries
     failed = [e for e in entries if "error" in e]
     entries = sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"]))
@@ -245,7 +246,7 @@ def summarize(entries: list[dict], title: str, plot_note: str = "No plot.") -> s
     notes = method_notes(entries)
     if notes:
         lines += ["Where the final measurement and the loop's own disagree for the same version and shape:", ""] + notes + [""]
-    lines += nodes.markdown(nodes.node_rows(every), plot_note)
+    lines += nodes.markdown(nodes.node_rows(every), plot_note) + simulate.markdown(simulate.simulate(every))
     lines += ["## Recipes kept", ""]
     for e in entries:
         lines.append(f"- {e['op']} {e['language']}: " + ("; ".join(e["kept"]) if e["kept"] else "none"))
