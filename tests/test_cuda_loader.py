@@ -67,7 +67,9 @@ def test_the_two_forms_are_told_apart_and_say_how_they_are_timed(tmp_path):
 def test_the_target_records_its_form(tmp_path):
     from loop.worker import cuda_build
 
-    for source, form in ((SYNCHRONISING, cuda_c.SYNCHRONISING), (STREAM, cuda_c.STREAM)):
+    default_stream = STREAM.replace("256, 0, stream>>>", "256>>>")  # check names it; it is called as it is
+    for source, form in ((SYNCHRONISING, cuda_c.SYNCHRONISING), (STREAM, cuda_c.STREAM),
+                         (default_stream, cuda_c.SYNCHRONISING)):
         (tmp_path / "scale_cuda.cu").write_text(source)
         module = cuda_build.load_target("t", tmp_path / "scale_cuda.cu")
         assert module.FORM == form and module.solve.form == form

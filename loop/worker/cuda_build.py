@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop.common import cuda_c, nvcc
+from loop.common.errors import UserError
 
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-lineinfo", "-Xptxas", "-v")
 LIBRARY = "solve.so"
@@ -328,6 +329,15 @@ class _Solve:
         self._bound(torch)(**inputs)  # on a GPU only
 
 
+def form_of(source: str, shown: str) -> str:
+    """SYNCHRONISING (timed eagerly) or STREAM (graph-capturable); a stream form that breaks its rules
+    is called as it is, like the synchronising one (`tileloop check` names what it breaks, at its line)."""
+    try:
+        return cuda_c.solve_form(source, shown)
+    except UserError:
+        return cuda_c.SYNCHRONISING
+
+
 def load_target(name: str, path: Path) -> types.ModuleType:
     """A CUDA C target as the worker calls it (the language's `load`): `solve` and `run` (the same
     entry point), its `SIGNATURE`, its `FORM`, and `build(archs)` for the compile gate."""
@@ -336,7 +346,7 @@ def load_target(name: str, path: Path) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__file__ = str(path)
     module.SIGNATURE = params
-    module.FORM = cuda_c.solve_form(source, path.name)  # SYNCHRONISING (timed eagerly) or STREAM (graph-capturable)
+    module.FORM = form_of(source, path.name)
     module.solve = module.run = _Solve(path, params, module.FORM)
     module.build = lambda archs: build(path, archs, shown=path.name)
     return module
