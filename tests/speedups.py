@@ -16,7 +16,7 @@ from loop.records.results import Record, read_records
 def paired(record: Record) -> tuple[float, float, float] | None:
     """(speedup, lo, hi) of an iteration from its decision's per-shape comparisons, or None when it
     was not decided on timing (crash, incorrect, unmeasured, the baseline)."""
-    shapes = record.decision.get("shapes") or []
+    shapes = record.decision.shapes if record.decision else []
     if not shapes:
         return None
     comps = [ShapeComparison(tuple(s["shape"]), s["speedup"], s["lo"], s["hi"], s["log_effect"], s["log_se"], s["n"])

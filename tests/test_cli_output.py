@@ -17,6 +17,7 @@ import pytest
 from loop import decide
 from loop.cli import main
 from loop.common.files import atomic_write_text, umask
+from loop.common.messages import Decision
 from loop.run.progress import ProgressView, latency_text
 from loop.run import unattended
 
@@ -31,7 +32,7 @@ def test_the_stop_line_of_an_unattended_run_rounds_its_best_latency():
     lines: list[str] = []
     state = SimpleNamespace(mode="", stopped=None, best_latency_ms=12.758694000012838, best_commit="0123456789abcdef")
     run = SimpleNamespace(state=state, save=lambda: None, log=lines.append, timing_mode="interpreter",
-                          stop_state=lambda **_: decide.StopState("stop", "no improvement twice in a row"),
+                          stop_state=lambda **_: decide.Stop("stop", "no improvement twice in a row"),
                           progress_view=ProgressView("r", 5, log=lines.append, live=False))
     unattended.loop(run, None)
     assert lines[-1] == "stopped: stop: no improvement twice in a row; best 12.7587 ms at 0123456789"
@@ -105,7 +106,7 @@ def a_run_with_a_long_hypothesis(root) -> str:
     rec = Record(run=RUN, iteration=1, optimization="tile 1024", status="revert", correctness="PASS", latency_ms=1.25,
                  target_backend="interpreter",
                  backends={"interpreter": BackendResult("interpreter", True, "ok", timing_label="interpreter")},
-                 commit=None, parent=None, hypothesis=LONG_HYPOTHESIS, decision={"verdict": "regression", "reason": LONG_REASON})
+                 commit=None, parent=None, hypothesis=LONG_HYPOTHESIS, decision=Decision("revert", "regression", LONG_REASON))
     git(root, "commit", "-q", "--allow-empty", "-m", history.commit_message(rec))
     append_record(st.run_dir(root, RUN) / "results.jsonl", dataclasses.replace(rec, commit=git(root, "rev-parse", "HEAD").strip()))
     return RUN
@@ -154,10 +155,10 @@ def test_resume_without_going_on_says_the_run_has_not_stopped(kernel_repo, capsy
     Run.perf_path.write_text("| table |\n")
     monkeypatch.setattr(cli_common, "status_payload", lambda exp: {})
     args = SimpleNamespace(json=False, command="resume")
-    cli_common.finish_run(args, Run(), decide.StopState("continue", ""))
+    cli_common.finish_run(args, Run(), decide.Stop("continue", ""))
     out = capsys.readouterr().out
     assert out.endswith("not stopped: no stop rule fires yet; tileloop resume --run r1 goes on\n")
-    cli_common.finish_run(args, Run(), decide.StopState("stop", "reached --max-iters 1"))
+    cli_common.finish_run(args, Run(), decide.Stop("stop", "reached --max-iters 1"))
     assert capsys.readouterr().out.endswith("\nstopped: stop: reached --max-iters 1\n")
 
 

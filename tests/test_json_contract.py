@@ -25,6 +25,7 @@ from conftest import git
 from loop import cli
 from loop.cli import main
 from loop.common import settings as settings_mod
+from loop.common.messages import Decision
 from loop.records import experience, gitops
 from loop.records.results import BackendResult, Record, append_record
 from loop.run import state as st
@@ -132,7 +133,7 @@ def make_run(root: Path, source: str | None = None, coverage: tuple[list, list] 
     baseline = Record(run=RUN, iteration=0, optimization="baseline", status="keep", correctness="PASS", latency_ms=None,
                       target_backend="interpreter",
                       backends={"interpreter": BackendResult("interpreter", True, "ok", timing_label="interpreter")},
-                      commit=head, parent=None, decision={"verdict": "baseline", "reason": "iteration 0: the code as given"},
+                      commit=head, parent=None, decision=Decision(None, "baseline", "iteration 0: the code as given"),
                       source_hash=source_hash((root / TARGET).read_text()))
     append_record(st.run_dir(root, RUN) / "results.jsonl", baseline)
     if coverage is not None:

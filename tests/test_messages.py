@@ -3,9 +3,16 @@ it was typed and writes them back key for key, and each JSON Schema that describ
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from loop.common.messages import Inflight
+from loop.common.messages import Change, Decision, Failure, Inflight, Stop
+from loop.records.results import Record
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = {"change": Change, "decision": Decision, "stop": Stop, "failure": Failure}
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SWEEP = {"key": "sweep:BLOCK", "values": [{"key": "BLOCK=64", "value": 64}], "chosen": 64}
@@ -47,3 +54,51 @@ def test_a_stage_moves_the_marker_and_keeps_the_commit_once_made():
 def test_the_baseline_marker_names_no_candidate():
     assert Inflight(0, "start", "baseline").to_json() == {"iteration": 0, "optimization": "baseline", "stage": "start"}
     assert set(Inflight(1, "apply", "o").to_json()) == {"iteration", "stage", "optimization", "key", "hypothesis", "recipe"}
+
+
+# ------------------------------------------------------------------------------------ the record's parts
+
+
+def written_records() -> list[dict]:
+    """Every record the repository keeps as a run wrote it: the golden session's and the documented runs'
+    (of earlier versions too: decisions before `remeasured`, stop states before `timing`)."""
+    out = json.loads((ROOT / "tests" / "golden" / "records.json").read_text())
+    for path in sorted((ROOT / "docs" / "results").rglob("*results.jsonl")):
+        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in out if isinstance(r, dict) and r.get("schema") == "tileloop.record/1"]
+
+
+def test_every_part_of_every_written_record_reads_and_writes_back_key_for_key():
+    records = written_records()
+    shapes = {(name, tuple(sorted(r[name]))) for r in records for name in PARTS if r.get(name)}
+    assert {("decision", ("reason", "verdict")), ("stop", ("reason", "state")), ("failure", ("message", "status"))} <= shapes
+    for r in records:
+        for name, kind in PARTS.items():
+            if r.get(name):
+                assert kind.from_json(r[name]).to_json() == r[name], (name, r[name])
+        written = Record.from_json(r).to_json()  # a record before `change` was kept gets {}, as it did untyped
+        assert {name: written[name] for name in PARTS} == {"change": {}, "failure": None, **{k: r[k] for k in PARTS if k in r}}
+
+
+def test_the_record_keeps_its_parts_typed_and_writes_the_same_dicts():
+    change = Change(frozenset({"launch", "code"}), ("num_warps",), "", True, "can show")
+    decision = Decision("keep", "improved", "1.1x", 1.1, 1.05, 1.15, shapes=[{"shape": [8], "speedup": 1.1}],
+                        remeasured=False)
+    rec = Record(run="r", iteration=1, optimization="o", status="keep", correctness="PASS", latency_ms=1.0,
+                 speedup=1.1, target_backend="ptx", backends={}, commit=None, parent=None, change=change, decision=decision,
+                 stop=Stop("continue", "", "gpu"), failure=None)
+    d = rec.to_json()
+    assert d["change"] == {"kinds": ["launch", "code"], "details": ["num_warps"], "hint": "", "measurable": True,
+                           "reason": "can show"}
+    assert list(d["decision"]) == ["action", "verdict", "reason", "speedup", "lo", "hi", "priority", "stop_after",
+                                   "shapes", "remeasured"]
+    assert d["stop"] == {"state": "continue", "reason": "", "timing": "gpu"} and d["failure"] is None
+    back = Record.from_json(json.loads(json.dumps(d)))
+    assert back == rec and (back.lo, back.hi, back.verdict) == (1.05, 1.15, "improved")
+    baseline = Decision(None, "baseline", "iteration 0: the code as given")
+    assert baseline.to_json() == {"verdict": "baseline", "reason": "iteration 0: the code as given"}
+    bare = Record.from_json({**d, "change": {}, "decision": baseline.to_json(), "stop": {}, "failure": None})
+    assert (bare.change, bare.stop, bare.decision) == (None, None, baseline)
+    assert Failure.from_json({"status": "interrupted", "message": "m"}) == Failure("interrupted", "m")
+    with pytest.raises(ValueError, match="unknown change kind"):
+        Change.from_json({"kinds": ["colour"], "details": [], "hint": ""})

@@ -18,6 +18,7 @@ import pytest
 from speedups import check_perf_results, check_records_json, check_report, recomputed, table_rows
 
 from loop.cli.common import record_summary
+from loop.common.messages import Decision
 from loop.decide import Policy, ShapeComparison, decide
 from loop.records import gitops, history, report
 from loop.records.perf_table import Row, render_perf_results
@@ -44,15 +45,15 @@ def make(n: int, status: str, *, speedups=(), latency=None, incumbent=None, shap
          method="interpreter_wallclock", hypothesis="", correctness="PASS", failure=None, cumulative_speedup=None,
          decision=None) -> Record:
     if decision is None and speedups:
-        decision = decide(Policy(), shapes=[comparison(s, shape) for s, shape in zip(speedups, shapes)]).to_json()
+        decision = decide(Policy(), shapes=[comparison(s, shape) for s, shape in zip(speedups, shapes)])
     if decision is None:
-        decision = {"verdict": failure or ("baseline" if n == 0 else "unmeasured"), "reason": "why"}
+        decision = Decision(None, failure or ("baseline" if n == 0 else "unmeasured"), "why")
     backend = (timed(latency, incumbent, shapes, method, "baseline" if n == 0 else "candidate") if latency is not None
                else BackendResult("interpreter", True, failure or "unmeasured", "why", correctness=correctness,
                                   timing_label="interpreter"))
     return Record(run=RUN, iteration=n, optimization=f"change {n}", status=status, correctness=correctness,
                   latency_ms=latency, target_backend="interpreter", backends={"interpreter": backend},
-                  commit=f"{n:040x}", parent=None, hypothesis=hypothesis, speedup=decision.get("speedup"),
+                  commit=f"{n:040x}", parent=None, hypothesis=hypothesis, speedup=decision.speedup,
                   cumulative_speedup=cumulative_speedup, timing="interpreter", decision=decision,
                   unchecked=[BF16], env={"triton_version": "3.6.0"})
 
@@ -88,7 +89,7 @@ def state_for(tmp_path):
 
 def test_the_session_is_built_as_its_docstring_says():
     recs = session()
-    assert recs[2].decision["verdict"] == "within_noise" and recs[4].decision["verdict"] == "improved"
+    assert recs[2].decision.verdict == "within_noise" and recs[4].decision.verdict == "improved"
     assert math.isclose(cumulative(recs), 1.8) and recs[-1].cumulative_speedup == 1.8
 
 

@@ -48,7 +48,7 @@ def test_kill_at_stage_then_resume(small_repo, stage):
         assert records[1].status in ("keep", "revert", "unmeasured") and "(interrupted)" not in records[1].optimization
     else:
         assert records[1].status == "crash" and records[1].optimization.endswith("(interrupted)")
-        assert records[1].failure["status"] == "interrupted" and records[1].correctness == "not checked"
+        assert records[1].failure.status == "interrupted" and records[1].correctness == "not checked"
     assert out["inflight"] is None
 
     best = [r for r in records if r.status == "keep"][-1].commit

@@ -280,7 +280,7 @@ def test_a_sweep_under_the_interpreter_records_every_value_and_commits_the_best(
     assert rec.optimization == f"BLOCK 128 -> {chosen} (swept 256, 512, 1024, 2048)" == out["optimization"]
     assert rec.recipe == "launch-param:BLOCK=sweep(256,512,1024,2048)" and rec.correctness == "PASS"
     # the decision is the chosen value's own measurement, not the sweep's
-    assert rec.speedup is not None and rec.decision["verdict"] != "unmeasured"
+    assert rec.speedup is not None and rec.decision.verdict != "unmeasured"
     message = git(kernel_repo, "log", "-1", "--format=%B", rec.commit)
     trailers = gitops.parse_trailers(message)
     assert trailers["Tileloop-Sweep"].split() == [f"{v}={by[v]['speedup']:.4f}x" if v != 1024 else "1024=incorrect"

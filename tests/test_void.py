@@ -100,8 +100,8 @@ def step(exp: Run, block: int, key: str | None = None):
 
 
 def assert_void(record, exp: Run, what: str) -> None:
-    assert (record.status, record.correctness, record.decision["verdict"]) == ("unmeasured", "not checked", "void")
-    assert what in record.decision["reason"] and "nothing is charged to the candidate" in record.decision["reason"]
+    assert (record.status, record.correctness, record.decision.verdict) == ("unmeasured", "not checked", "void")
+    assert what in record.decision.reason and "nothing is charged to the candidate" in record.decision.reason
     backend = record.backends["interpreter"]
     assert (backend.status, backend.correctness, backend.latency_ms) == ("unmeasured", None, None)
     assert record.failure is None and record.speedup is None
@@ -133,7 +133,7 @@ def test_the_target_changed_while_measured_is_the_candidates_doing(run):
     repo, exp, judge = run
     judge.during = lambda root: (root / TARGET).write_text((root / TARGET).read_text() + "\nX = 1\n")
     record, _ = step(exp, 1024)
-    assert (record.status, record.correctness, record.decision["verdict"]) == ("revert", "FAIL", "incorrect")
+    assert (record.status, record.correctness, record.decision.verdict) == ("revert", "FAIL", "incorrect")
     assert [e.verdict for e in experience.load()] == ["incorrect"]
 
 
@@ -146,7 +146,7 @@ def test_an_incumbent_that_fails_its_checks_voids_the_measurement(run):
     judge.raw = {**judge.raw, "failed_impl": "candidate"}  # the candidate's own failure is still its own
     git(repo, "checkout", "-q", "--", TARGET)
     record, _ = step(exp, 2048)
-    assert (record.status, record.correctness, record.decision["verdict"]) == ("revert", "FAIL", "incorrect")
+    assert (record.status, record.correctness, record.decision.verdict) == ("revert", "FAIL", "incorrect")
 
 
 def test_void_measurements_count_toward_no_stop_rule_but_the_iteration_limit(run):
@@ -180,7 +180,7 @@ def test_records_and_branch_rewritten_while_measured_are_put_back(run):
     record, _ = step(exp, 1024)
     assert_void(record, exp, "results.jsonl")
     for what in ("state.json", "perf_results.md", "branch tileloop/r"):
-        assert what in record.decision["reason"]
+        assert what in record.decision.reason
     assert exp.results_path.read_bytes().startswith(results_before) and len(exp.records()) == 2
     assert gitops.current_branch(repo) == "tileloop/r" and gitops.ref_sha(repo, f"refs/tileloop/r/{record.iteration}")
     assert json.loads(st.state_path(repo, "r").read_text())["best_commit"] == best

@@ -142,12 +142,11 @@ def cmd_step(args, settings) -> int:
                             rationale=args.rationale, expected=args.expected)
     rec, stop = iteration.evaluate(exp, it)
     payload = {**record_summary(rec), "run": exp.state.run_id, "stop": stop.to_json(),
-               "noise_band": {"lo": rec.decision.get("lo"), "hi": rec.decision.get("hi"),
-                              "per_shape": rec.decision.get("shapes", [])},
+               "noise_band": {"lo": rec.decision.lo, "hi": rec.decision.hi, "per_shape": rec.decision.shapes},
                "best_commit": exp.state.best_commit, "best_latency_ms": exp.state.best_latency_ms,
                "suggestions": suggest.suggestions(exp)}
-    band = rec.decision.get("lo"), rec.decision.get("hi")
-    text = (f"#{rec.iteration} {rec.optimization}: {rec.status} ({rec.decision.get('verdict')}) {rec.decision.get('reason', '')}\n"
+    band = rec.decision.lo, rec.decision.hi
+    text = (f"#{rec.iteration} {rec.optimization}: {rec.status} ({rec.verdict}) {rec.decision.reason}\n"
             f"noise band: {band[0]}-{band[1]}; stop state: {stop.state} {stop.reason}")
     emit(args, payload, text)
     return 0

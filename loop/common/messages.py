@@ -54,3 +54,117 @@ class Inflight:
     def from_json(cls, d: dict) -> "Inflight":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# ------------------------------------------------------------------------------------ the record's parts
+
+# what differs between two versions of the target (`loop.target.change` finds them, `loop.decide.measurable`
+# says which can show in a timing mode)
+ChangeKind = Literal["formatting", "launch", "cache_hint", "autotune_configs", "persistent", "code"]
+CHANGE_KINDS: tuple[str, ...] = get_args(ChangeKind)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The kinds of differences between two versions of the target and their details (the launch
+    keywords or hints that differ, where a kind has any), e.g. kinds {"launch"}, details ("num_warps",);
+    in a record, with whether it can show in the run's timing mode and why (`measurable`, `reason`:
+    None and left out of the JSON before that is asked)."""
+
+    kinds: frozenset[str]
+    details: tuple[str, ...] = ()
+    hint: str = ""  # what the recipe that made the candidate says it changes, where one did
+    measurable: bool | None = None
+    reason: str = ""
+
+    def __post_init__(self):
+        unknown = set(self.kinds) - set(CHANGE_KINDS)
+        if unknown:
+            raise ValueError(f"unknown change kind(s) {sorted(unknown)}; known: {', '.join(CHANGE_KINDS)}")
+
+    def to_json(self) -> dict:
+        d: dict = {"kinds": sorted(self.kinds, key=CHANGE_KINDS.index), "details": list(self.details), "hint": self.hint}
+        if self.measurable is not None:
+            d.update(measurable=self.measurable, reason=self.reason)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Change":
+        return cls(frozenset(d.get("kinds", ())), tuple(d.get("details", ())), d.get("hint", ""), d.get("measurable"),
+                   d.get("reason", ""))
+
+
+Action = Literal["keep", "revert", "crash", "unmeasured", "remeasure"]
+Verdict = Literal["baseline", "improved", "low_gain", "marginal", "within_noise", "regression", "incorrect",
+                  "uncorroborated", "guard_failed", "unexercised", "suspicious", "compile_error", "runtime_error",
+                  "timeout", "oom", "interrupted", "unmeasured", "void"]
+Priority = Literal["normal", "low"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The keep / revert decision on one iteration (`loop.decide.rules`), as its record keeps it. The
+    baseline's has no action (nothing was decided: the code as given) and is written as its verdict and
+    reason only; `remeasured` is known to an iteration's decision (None and left out before it is)."""
+
+    action: Action | None
+    verdict: Verdict
+    reason: str
+    speedup: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    priority: Priority = "normal"  # low: a kind kept at a low gain, tried last from now on
+    stop_after: bool = False
+    shapes: list[dict] = field(default_factory=list)  # the paired comparison of each shape (`ShapeComparison.to_json`)
+    remeasured: bool | None = None
+
+    def to_json(self) -> dict:
+        if self.action is None:
+            return {"verdict": self.verdict, "reason": self.reason}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "remeasured"}
+        d["shapes"] = [dict(s) for s in self.shapes]
+        return d if self.remeasured is None else {**d, "remeasured": self.remeasured}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Decision":
+        names = {f.name for f in fields(cls)}
+        return cls(**{"action": None, **{k: v for k, v in d.items() if k in names}})
+
+
+StopName = Literal["continue", "stop", "escalate"]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where the stop rules stand after an iteration: continue, stop (a rule fired) or escalate (a person
+    is needed), why, and the timings the rules read (interpreter | gpu | harness; None and left out of
+    the JSON in stop states written before it was kept)."""
+
+    state: StopName
+    reason: str
+    timing: str | None = None
+
+    def to_json(self) -> dict:
+        d: dict = {"state": self.state, "reason": self.reason}
+        return d if self.timing is None else {**d, "timing": self.timing}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Stop":
+        return cls(d["state"], d["reason"], d.get("timing"))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The target backend's failure: its typed status (compile_error, runtime_error, timeout, oom,
+    incorrect, uncorroborated, fallback, interrupted, ...: an open set, a worker or harness may name its
+    own) and what failed, in words."""
+
+    status: str
+    message: str
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "message": self.message}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Failure":
+        return cls(d["status"], d["message"])

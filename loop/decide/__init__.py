@@ -16,7 +16,7 @@ from loop.decide.rules import (
                                Policy,
                                Progress,
                                ShapeComparison,
-                               StopState,
+                               Stop,
                                combine,
                                compare_shape,
                                comparisons,
@@ -28,5 +28,5 @@ from loop.decide.rules import (
 )
 
 __all__ = ["CRASH_STATUSES", "VOID", "Action", "Change", "Decision", "Measurability", "Policy", "Progress", "ShapeComparison",
-           "StopState", "combine", "compare_shape", "comparisons", "decide", "judged_decision", "measurability", "stop_state",
+           "Stop", "combine", "compare_shape", "comparisons", "decide", "judged_decision", "measurability", "stop_state",
            "stopping", "void"]

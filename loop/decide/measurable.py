@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-KINDS = ("formatting", "launch", "cache_hint", "autotune_configs", "persistent", "code")
+from loop.common.messages import CHANGE_KINDS as KINDS
+from loop.common.messages import Change
+
 MODES = ("interpreter", "gpu", "harness")
 
 # what each kind is, for reasons a person reads
@@ -54,24 +56,6 @@ WHY_NOT = {
                                    "nothing about how a GPU schedules the grid",
 }
 DISTORTS = {("persistent", "interpreter")}  # kinds whose timing in a mode measures something else
-
-
-@dataclass(frozen=True)
-class Change:
-    """The kinds of differences between two versions of the target, and their details (the launch
-    keywords or hints that differ, where a kind has any), e.g. kinds {"launch"}, details ("num_warps",)."""
-
-    kinds: frozenset[str]
-    details: tuple[str, ...] = ()
-    hint: str = ""  # what the recipe that made the candidate says it changes, where one did
-
-    def __post_init__(self):
-        unknown = set(self.kinds) - set(KINDS)
-        if unknown:
-            raise ValueError(f"unknown change kind(s) {sorted(unknown)}; known: {', '.join(KINDS)}")
-
-    def to_json(self) -> dict:
-        return {"kinds": sorted(self.kinds, key=KINDS.index), "details": list(self.details), "hint": self.hint}
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ as marginal, none of 40 with 1%: docs/results/judge-H100-2026-11-25.md).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Literal, Sequence
+from dataclasses import asdict, dataclass
+from typing import Sequence
 
+from loop.common.messages import Action, Decision, Stop, StopName
 from loop.common.stats import ShapeComparison, paired
 
-Action = Literal["keep", "revert", "crash", "unmeasured", "remeasure"]
 CRASH_STATUSES = ("compile_error", "runtime_error", "timeout", "oom")
 
 
@@ -56,23 +56,6 @@ class Policy:
     max_crashes: int = 2
     time_budget_s: float | None = None
     early_stop: bool = True  # False (--no-early-stop): only iterations, time, playbook or escalation stop a run
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Action
-    verdict: str  # improved | low_gain | marginal | within_noise | regression | incorrect | guard_failed | unexercised
-    #               | unmeasured | void | <crash status> | suspicious
-    reason: str
-    speedup: float | None = None
-    lo: float | None = None
-    hi: float | None = None
-    priority: str = "normal"  # normal | low
-    stop_after: bool = False
-    shapes: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -199,32 +182,22 @@ class Progress:
     timing: str = "gpu"  # interpreter | gpu | harness: what the decisions were made on
 
 
-@dataclass(frozen=True)
-class StopState:
-    state: Literal["continue", "stop", "escalate"]
-    reason: str
-    timing: str = ""  # interpreter | gpu | harness: the timings the stop rules read
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
 INTERPRETER_NOTES = (" (a run on Triton interpreter timings of the CPU, not GPU timings)",
                      " (decided on Triton interpreter timings of the CPU, not GPU timings)")
 
 
-def stopping(what: Literal["continue", "stop", "escalate"], reason: str, timing: str, timed: bool = False) -> StopState:
+def stopping(what: StopName, reason: str, timing: str, timed: bool = False) -> Stop:
     """A stop state; under the interpreter its reason says so (`timed`: the rule read the timings)."""
     note = INTERPRETER_NOTES[timed] if timing == "interpreter" and what != "continue" else ""
-    return StopState(what, reason + note, timing)
+    return Stop(what, reason + note, timing)
 
 
-def stop_state(policy: Policy, progress: Progress) -> StopState:
+def stop_state(policy: Policy, progress: Progress) -> Stop:
     """The stop rules over the decided outcomes (unmeasured iterations are skipped: they measured
     nothing). Under the interpreter every stop says so in its reason, the rules that read timings
     that they decided on them."""
 
-    def state(what, reason: str, timed: bool = False) -> StopState:
+    def state(what: StopName, reason: str, timed: bool = False) -> Stop:
         return stopping(what, reason, progress.timing, timed)
 
     decided = [o for o in progress.outcomes if o != "unmeasured"]

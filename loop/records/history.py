@@ -44,9 +44,10 @@ def trailers_for(record: Record, pending: bool = False) -> dict[str, str]:
         t["Tileloop-Hypothesis"] = one_line(record.hypothesis)
     if record.decision:
         t["Tileloop-Decision"] = decision_text(record.decision)
-    if record.change.get("kinds"):
-        details = record.change.get("details") or []
-        t["Tileloop-Change"] = ",".join(record.change["kinds"]) + (f" ({','.join(details)})" if details else "")
+    if record.change and record.change.kinds:
+        change = record.change.to_json()
+        details = change["details"]
+        t["Tileloop-Change"] = ",".join(change["kinds"]) + (f" ({','.join(details)})" if details else "")
     if record.unchecked:
         t["Tileloop-Unchecked"] = "; ".join(record.unchecked)
     if record.recipe:
@@ -81,7 +82,7 @@ def commit_message(record: Record, pending: bool = False) -> str:
         body.append(f"Sweep: {record.sweep['variable']} from {record.sweep['from']} over "
                     f"{', '.join(str(v['value']) for v in record.sweep['values'])}: {record.sweep.get('reason', '')}")
     if record.decision and not pending:
-        body.append(f"Decision: {record.status} ({record.decision.get('verdict')}): {record.decision.get('reason', '')}")
+        body.append(f"Decision: {record.status} ({record.verdict}): {record.decision.reason}")
     return gitops.format_message(subject, "\n".join(body), trailers_for(record, pending))
 
 

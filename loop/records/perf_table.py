@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from loop.common.messages import Decision
 from loop.records import methods
 from loop.records.results import Record, fmt_ms, ref_of
 
@@ -38,9 +39,9 @@ def speedup_cell(speedup: str, interval: str) -> str:
     return f"{speedup}x ({interval})" if interval else f"{speedup}x"
 
 
-def decision_text(decision: dict) -> str:
+def decision_text(decision: Decision | None) -> str:
     """The decision as its commit trailer carries it: `verdict: reason`."""
-    return f"{decision.get('verdict')}: {decision.get('reason', '')}" if decision else ""
+    return f"{decision.verdict}: {decision.reason}" if decision else ""
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ def _path(records: list[Record], backend: str) -> list[str]:
              "incumbent_ms (same measurement)": f"{inc:.6f}" if (inc := _incumbent(r)) else "",
              "speedup vs incumbent (paired)": (f"{r.speedup:.4f}x ({r.lo:.4f}-{r.hi:.4f})" if r.lo is not None
                                                else f"{r.speedup:.4f}x") if r.speedup is not None else "",
-             "decision": short(f"{r.decision.get('verdict', '')}: {r.decision.get('reason', '')}", 120)} for r in records]
+             "decision": short(f"{r.verdict or ''}: {r.decision.reason if r.decision else ''}", 120)} for r in records]
     return ["## Optimization path", "", f"Latencies on {backend}: {methods.methods_used(methods.timed_points(records, backend))}. "
             "Each row is its own measurement: compare a row's latency with its incumbent's, not with other rows. "
             "`unmeasured`: a change that cannot show in these timings, checked for correctness, not decided on timing.",
@@ -242,8 +242,8 @@ def render(state, records: list[Record], root: Path, final: dict | None, png_nam
     kept = [r for r in records[1:] if r.status == "keep" and r.speedup is not None]
     lines += ["## Transformations applied", ""]
     lines += [f"- #{r.iteration} {r.optimization}: {r.speedup:.4f}x paired (interval {r.lo:.4f}-{r.hi:.4f}x; "
-              f"{r.decision.get('verdict')})" if r.lo is not None else
-              f"- #{r.iteration} {r.optimization}: {r.speedup:.4f}x paired ({r.decision.get('verdict')})" for r in kept] or ["- none kept"]
+              f"{r.verdict})" if r.lo is not None else
+              f"- #{r.iteration} {r.optimization}: {r.speedup:.4f}x paired ({r.verdict})" for r in kept] or ["- none kept"]
     lines += [""] + _comparison(state, records, best, unit) + _path(records, state.target_backend)
     lines += [f"![latency per iteration]({png_name})", ""] + _final(final, unit) + _roofline(state, best)
     differ = disagreements(best, state.target_backend, (final or {}).get("rows", []))

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from loop.common.messages import Change, Decision, Failure, Stop
+
 RECORD_SCHEMA = "tileloop.record/1"
 Status = Literal["keep", "revert", "crash", "unmeasured"]
 NOT_CHECKED = "not checked"  # the correctness of an experiment that never reached its checks (an interruption)
@@ -89,11 +91,11 @@ class Record:
     speedup: float | None = None  # paired, from this iteration's own measurement (the decision's)
     cumulative_speedup: float | None = None  # the best version after this iteration vs the baseline: kept speedups multiplied
     timing: str = ""  # interpreter | gpu | harness: how this iteration was timed
-    change: dict = field(default_factory=dict)  # what the change is ({kinds, details, hint}) and whether it can show
+    change: Change | None = None  # what the change is and whether it can show ({} in the JSON: the baseline's)
     unchecked: list[str] = field(default_factory=list)  # dtypes the correctness checks could not run, with why
-    decision: dict = field(default_factory=dict)
-    stop: dict = field(default_factory=dict)
-    failure: dict | None = None
+    decision: Decision | None = None  # {} in the JSON where a record has none
+    stop: Stop | None = None  # the stop state after it ({} in the JSON: the baseline's)
+    failure: Failure | None = None  # the target backend's failure
     compile: dict = field(default_factory=dict)  # the ahead-of-time gate: status and per-arch registers/spills
     harness: dict | None = None  # an external run's commands ({test_cmd, bench_cmd, bench_repeats}), else None
     sweep: dict | None = None  # the sweep that chose this version: every value's paired result (`loop.run.sweep`)
@@ -107,6 +109,10 @@ class Record:
     def to_json(self) -> dict:
         d = asdict(self)
         d["backends"] = {k: asdict(v) for k, v in self.backends.items()}
+        d.update(change=self.change.to_json() if self.change else {},
+                 decision=self.decision.to_json() if self.decision else {},
+                 stop=self.stop.to_json() if self.stop else {},
+                 failure=self.failure.to_json() if self.failure else None)
         if d["sweep"] is None:  # a record without a sweep is written as it was before sweeps
             del d["sweep"]
         return d
@@ -117,6 +123,10 @@ class Record:
             raise ValueError(f"record schema {d.get('schema')!r} is not {RECORD_SCHEMA!r}")
         d = dict(d)
         d["backends"] = {k: BackendResult.from_json(v) for k, v in d["backends"].items()}
+        d.update(change=Change.from_json(d["change"]) if d.get("change") else None,
+                 decision=Decision.from_json(d["decision"]) if d.get("decision") else None,
+                 stop=Stop.from_json(d["stop"]) if d.get("stop") else None,
+                 failure=Failure.from_json(d["failure"]) if d.get("failure") else None)
         return cls(**d)
 
     @property
@@ -133,11 +143,16 @@ class Record:
 
     @property
     def lo(self) -> float | None:
-        return self.decision.get("lo") if self.speedup is not None else None
+        return self.decision.lo if self.decision and self.speedup is not None else None
 
     @property
     def hi(self) -> float | None:
-        return self.decision.get("hi") if self.speedup is not None else None
+        return self.decision.hi if self.decision and self.speedup is not None else None
+
+    @property
+    def verdict(self) -> str | None:
+        """The decision's verdict (None in a record without a decision)."""
+        return self.decision.verdict if self.decision else None
 
 
 def cumulative(records: list[Record]) -> float:

@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 
 from loop.common.errors import UserError
-from loop.common.messages import Inflight
+from loop.common.messages import Decision, Inflight
 from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
 from loop.records.results import Record, append_record
@@ -65,7 +65,7 @@ def baseline(run: Run) -> Record:
                     latency_ms=target.latency_ms, target_backend=run.state.target_backend, backends=results,
                     commit=None, parent=run.state.base_commit, hypothesis="", env=portable_env(run.state.env),
                     source_hash=source_hash(src), started=started, finished=now(), wall_s=round(time.monotonic() - t0, 3),
-                    decision={"verdict": "baseline", "reason": "iteration 0: the code as given"}, compile=gate,
+                    decision=Decision(None, "baseline", "iteration 0: the code as given"), compile=gate,
                     harness=run.state.harness, cumulative_speedup=1.0, timing=run.timing_mode,
                     unchecked=measuring.unchecked(raw, run.state.target_backend))
     sha = gitops.commit(run.root, history.commit_message(record), [], allow_empty=True)

@@ -275,7 +275,7 @@ class Run:
             outcomes=tuple(o for o, _ in real), last_verdict=decided[-1] if decided else None,
             crash_causes=tuple(c for c in self.state.crash_causes if c != "interrupted"), timing=self.timing_mode)
 
-    def stop_state(self, exhausted: bool = False) -> decide.StopState:
+    def stop_state(self, exhausted: bool = False) -> decide.Stop:
         p = self.progress()
         if exhausted:
             p = replace(p, playbook_exhausted=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from loop import decide as rules
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
-from loop.common.messages import Inflight
+from loop.common.messages import Failure, Inflight
 from loop.measure.evaluate import guard_failures
 from loop.measure.launch import JudgeAhead
 from loop.records import gitops
@@ -71,7 +71,7 @@ class Iteration:
     decision: rules.Decision | None = None
     remeasured: bool = False
     # record
-    stop: rules.StopState | None = None
+    stop: rules.Stop | None = None
     record: Record | None = None
 
 
@@ -113,7 +113,7 @@ def candidate(run: Run, cand: Candidate, optimization: str | None = None, hypoth
 # ------------------------------------------------------------------------------------------- the stages
 
 
-def evaluate(run: Run, it: Iteration) -> tuple[Record, rules.StopState]:
+def evaluate(run: Run, it: Iteration) -> tuple[Record, rules.Stop]:
     """The proposed iteration through every stage; the record as written (with its commit) and the stop state."""
     it = apply(run, it)
     ahead = measuring.judge_ahead(run, it.n)  # it gets ready while the candidate is committed (and compiled)
@@ -218,7 +218,7 @@ def record(run: Run, it: Iteration) -> Iteration:
     elif status == "unmeasured":  # its timing measured nothing: the record carries none
         results = {name: b.unmeasured(f"not timed for the decision: {can.reason}") for name, b in results.items()}
     target = results[tb]
-    failure = None if target.status in ("ok", "unmeasured") else {"status": target.status, "message": target.reason}
+    failure = None if target.status in ("ok", "unmeasured") else Failure(target.status, target.reason)
     correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
     if void:
         correctness = NOT_CHECKED  # its checks are void too: neither PASS nor FAIL for the candidate
@@ -229,9 +229,9 @@ def record(run: Run, it: Iteration) -> Iteration:
     rec = new_record(run, it.n, optimization=it.optimization, status=status, source=it.candidate, started=it.started,
                      wall_s=time.monotonic() - it.clock, speedup=decision.speedup, hypothesis=it.hypothesis,
                      recipe=it.key or it.recipe, correctness=correctness, latency_ms=target.latency_ms, backends=results,
-                     decision={**decision.to_json(), "remeasured": it.remeasured}, stop=stop.to_json(), failure=failure,
+                     decision=replace(decision, remeasured=it.remeasured), stop=stop, failure=failure,
                      compile=it.gate, rationale=it.rationale, expected=it.expected, kind=it.kind,
-                     change={**it.change.to_json(), "measurable": can.measurable, "reason": can.reason},
+                     change=replace(it.change, measurable=can.measurable, reason=can.reason),
                      unchecked=measuring.unchecked(it.raw, tb), sweep=it.sweep)
     atomic_write_text(run.iter_dir(it.n) / "record.json", json.dumps(rec.to_json(), indent=1, default=str))
     run.stage("record")

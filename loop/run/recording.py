@@ -71,10 +71,10 @@ def finish(run: Run, record: Record) -> Record:
     run.state.inflight = None
     run.save()
     run.render()
-    if n >= 1 and experience.learned_from(record.decision.get("verdict")):
+    if n >= 1 and experience.learned_from(record.verdict):
         remember(run, record)
-    run.log(f"#{n} {record.optimization}: {record.status} ({record.decision.get('verdict')}) "
-            f"{record.decision.get('reason', '')}")
+    run.log(f"#{n} {record.optimization}: {record.status} ({record.verdict}) "
+            f"{record.decision.reason if record.decision else ''}")
     return record
 
 
@@ -101,7 +101,7 @@ def remember(run: Run, record: Record) -> None:
         experience.append(experience.Entry(
             op=run.state.op, kernel_class=cls, language=run.state.language, backend=run.state.target_backend,
             arch=run.arch, kind=record.kind or "agent", key=record.recipe or record.optimization,
-            optimization=record.optimization, outcome=record.status, verdict=str(record.decision.get("verdict")),
+            optimization=record.optimization, outcome=record.status, verdict=str(record.verdict),
             speedup=record.speedup, run=run.state.run_id, date=record.finished, timing=record.timing_mode,
             device=run.state.env.get("gpu") or "CPU"))
     except OSError as exc:

@@ -7,7 +7,7 @@ import json
 
 from loop import decide
 from loop.common.errors import EnvironmentMismatch, IntegrityError, UserError
-from loop.common.messages import Inflight
+from loop.common.messages import Failure, Inflight
 from loop.common.processes import end_leftovers
 from loop.measure import external
 from loop.measure.evaluate import not_run
@@ -100,8 +100,8 @@ def _interrupted(run: Run, inflight: Inflight, optimization: str, interrupted_at
     return new_record(run, inflight.iteration, optimization=f"{optimization} (interrupted)", status="crash",
                       source=(run.root / run.state.target).read_text(), started=inflight.started if inflight.started is not None else now(),
                       wall_s=0.0, hypothesis=inflight.hypothesis or "", recipe=key or inflight.recipe,
-                      correctness=NOT_CHECKED, latency_ms=None, backends=results, decision=decision.to_json(),
-                      stop=run.stop_state().to_json(), failure={"status": "interrupted", "message": decision.reason},
+                      correctness=NOT_CHECKED, latency_ms=None, backends=results, decision=decision,
+                      stop=run.stop_state(), failure=Failure("interrupted", decision.reason),
                       sweep=inflight.sweep)
 
 

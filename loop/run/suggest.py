@@ -48,7 +48,7 @@ class Screen:
                  launched: list[str] | None, called: list[str] | None):
         self.tried, self.incumbent_src, self.launched, self.called = set(tried), incumbent_src, launched, called
         self.measured = {r.source_hash: r.iteration for r in records
-                         if r.source_hash and r.decision.get("verdict") not in UNDECIDED}
+                         if r.source_hash and r.verdict not in UNDECIDED}
 
     def why_not(self, cand: Candidate) -> str | None:
         if cand.key in self.tried:

@@ -17,13 +17,13 @@ from playbook.analysis import Analysis
 from playbook.base import ranked, why_nothing
 
 
-def run_loop(run: Run, max_iters: int | None = None) -> decide.StopState:
+def run_loop(run: Run, max_iters: int | None = None) -> decide.Stop:
     """The loop under a judge host (`Run.hosting`)."""
     with run.hosting():
         return loop(run, max_iters)
 
 
-def loop(run: Run, max_iters: int | None) -> decide.StopState:
+def loop(run: Run, max_iters: int | None) -> decide.Stop:
     """Propose, evaluate, until a stop rule (or `max_iters` experiments here) stops it; the stop is saved."""
     run.state.mode = "run"
     run.save()
