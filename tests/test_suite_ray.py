@@ -2,15 +2,16 @@
 a clone of its own made from a bundle; its branch, refs and records come back into the repository
 as a local run leaves them; a run killed part-way goes on with `--resume` from its last finished
 iteration, in a new task, from the records that came back; each sealed iteration comes back while
-the run goes on (a checkpoint), and a task whose worker process is killed is sent again once as a
-resume from its last checkpoint. A node's death (the same path, by another Ray error) is not
-simulated here."""
+the run goes on (a checkpoint), and a task whose worker process is killed, or whose node dies (a
+worker node of a cluster of several on this host, removed mid-run), is sent again once as a resume
+from its last checkpoint."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -301,6 +302,93 @@ def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path,
     # the lost task's run died with it, and the task sent again removed the clone it left
     assert not clone.exists()
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _cwd(p).startswith(str(clone))]
+
+
+def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node(tmp_path, clean_env,
+                                                                                   tmp_path_factory):
+    """A cluster of a head (no CPU for tasks) and one worker node, on this host: once the checkpoint
+    of iteration 1 came back, a second worker node joins and the first one is removed (its raylet
+    and workers killed, as when a machine goes). The driver sends the run again, to the node left,
+    as a resume from that checkpoint: baseline, iteration 1 (as it came back) and iteration 2, each
+    recorded once; nothing of the run is left running on the dead node."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from ray.cluster_utils import Cluster
+
+    from loop.measure.launch import with_package_path
+    from tests.test_suite_cmd import two_op_repo
+
+    two_op_repo(tmp_path, clean_env)
+    target, run = TARGETS[0], "suite-vector-add-triton"
+    env = with_package_path(dict(os.environ))
+    clean_env.setenv("PYTHONPATH", env.get("PYTHONPATH", ""))  # the nodes' workers import this tileloop
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        doomed = cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
+        cluster.wait_for_nodes()
+        err_path = tmp_path_factory.mktemp("driver") / "stderr.txt"
+        cmd = [sys.executable, "-m", "loop", "suite", "run", target, "--device", "cpu", "--max-iters", "2", "--archs",
+               "sm_90", f"--ray={cluster.address}", "--json"]
+        with open(err_path, "w") as err:
+            proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        checkpointed = re.compile(rf"\[ray\] {re.escape(target)}: iteration (\d+) checkpointed from \S+ \(task pid (\d+)\)")
+        deadline = time.monotonic() + 180
+        while not (found := [m for m in checkpointed.finditer(err_path.read_text()) if int(m.group(1)) >= 1]):
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.2)
+        came_back = (tmp_path / "sandbox" / run / "results.jsonl").read_text()  # the checkpoint, in this repository
+        pid = int(found[0].group(2))
+        assert _raylet_of(pid) == doomed.all_processes["raylet"][0].process.pid  # the task ran on the doomed node
+        [clone] = [c for c in Path(tempfile.gettempdir()).glob("tileloop-task-*")
+                   if (c / "task.pid").is_file() and (c / "task.pid").read_text().strip() == str(pid)]
+        cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
+        cluster.remove_node(doomed, allow_graceful=False)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        cluster.shutdown()
+    said = err_path.read_text()
+    assert proc.returncode == 0, said[-3000:]
+    assert int(found[0].group(1)) == 1 and "sending it again to resume from iteration 1" in said, said[-3000:]
+    [entry] = json.loads(out)["entries"]
+    assert "error" not in entry and entry["resumed"] is True, (entry, said[-3000:])
+    assert "after iteration 1 had come back" in entry["lost_task"], entry["lost_task"]
+    run_dir = tmp_path / "sandbox" / run
+    recs = _records(run_dir / "results.jsonl")
+    assert [r.iteration for r in recs] == [0, 1, 2], said[-3000:]  # none lost, none twice
+    assert (run_dir / "results.jsonl").read_text().startswith(came_back) and len(_records_text(came_back)) == 2
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["last_iteration"] == 2 and state["inflight"] is None and state["stopped"]["state"] == "stop"
+    for r in recs:  # every experiment's commit came back into this repository
+        assert git_type(tmp_path, r.commit) == "commit"
+    assert entry["driver"]["checkpoints"] >= 2 and entry["driver"]["sent_bytes"] > 0
+    # the task on the dead node died with it, its run's tileloop too, and the task sent again removed its clone
+    assert not os.path.exists(f"/proc/{pid}") and not clone.exists()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cwd(p).startswith(str(clone))]
+
+
+def git_type(root, sha: str) -> str:
+    from tests.conftest import git
+
+    return git(root, "cat-file", "-t", sha).strip()
+
+
+def _raylet_of(pid: int) -> int | None:
+    """The raylet above a process (its Ray worker's parent), or None."""
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # gone meanwhile
+            return None
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if name == "raylet":
+            return pid
+        pid = int(rest[1])  # its parent
+    return None
 
 
 def _cwd(pid: str) -> str:
