@@ -94,6 +94,16 @@ def _private_experience(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TILELOOP_EXPERIENCE", str(tmp_path_factory.mktemp("experience") / "experience.jsonl"))
 
 
+def pytest_configure(config):
+    """The compile gate's ahead-of-time builds share one Triton cache for the whole test session
+    (TILELOOP_AOT_CACHE; both xdist workers of one session name the same folder): the tests compile
+    the same few kernels for sm_90 in dozens of runs, and Triton keys each build by source, options
+    and architecture. A test that sets its own value keeps it."""
+    if "TILELOOP_AOT_CACHE" not in os.environ:
+        session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid()}"
+        os.environ["TILELOOP_AOT_CACHE"] = str(Path(tempfile.gettempdir()) / f"tileloop-test-aot-{session}")
+
+
 @pytest.fixture(autouse=True)
 def _private_temporary_folder(tmp_path_factory, monkeypatch):
     """A test's temporary files (a failure's traceback log outside a run, a child's scratch folders) go

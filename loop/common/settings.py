@@ -56,6 +56,9 @@ class Settings:
     zygote: bool = True
     # kernel processes in a PID (and mount) namespace of their own, where the machine allows one
     pid_namespace: bool = True
+    # TILELOOP_AOT_CACHE: one Triton cache for the compile gate's ahead-of-time builds, shared by runs
+    # (Triton keys each build by source, options and architecture); default: each run's own folder
+    aot_cache: Path | None = None
     # fault injection for tests: the orchestrator SIGKILLs itself on entering this stage
     test_kill_at: str | None = None
     # fault injection for unattended-run tests: iteration -> a file whose source replaces that candidate
@@ -74,6 +77,11 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         kwargs["keep_worker_dirs"] = _bool("TILELOOP_KEEP_WORKER_DIRS", env["TILELOOP_KEEP_WORKER_DIRS"])
     if "TILELOOP_JUDGE_HOST" in env:
         kwargs["judge_host"] = _bool("TILELOOP_JUDGE_HOST", env["TILELOOP_JUDGE_HOST"])
+    if env.get("TILELOOP_AOT_CACHE"):
+        folder = Path(env["TILELOOP_AOT_CACHE"]).expanduser()
+        if not folder.is_absolute():
+            raise UserError(f"TILELOOP_AOT_CACHE must be an absolute folder, got {env['TILELOOP_AOT_CACHE']!r}")
+        kwargs["aot_cache"] = folder
     for name, key in ((ZYGOTE_ENV, "zygote"), (PID_NAMESPACE_ENV, "pid_namespace")):
         if name in env:
             kwargs[key] = _bool(name, env[name])

@@ -33,16 +33,19 @@ def compile_gate(*, workdir: Path, spec_path: Path, target_dir: Path, target: Pa
     base = {"mode": "compile", "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target),
             "language": language, "archs": archs}
     backend = backend_registry.get(get_language(language).compile_backend)
+    # the run's own cache, or one shared by runs (TILELOOP_AOT_CACHE): only the gate's verdict comes from it,
+    # never a kernel the judge times (each implementation the judge loads compiles in a cache of its own)
+    aot = settings.aot_cache or cache_root / "aot"
     pairs = [(arch, dtype) for arch in archs for dtype in (dtypes or [])]
     parallel = compile_parallelism(len(pairs)) if len(pairs) > 1 else 1
     if parallel <= 1:
-        raws = [run_worker(workdir, base, backend, settings, cache_root / "aot", name=name)]
+        raws = [run_worker(workdir, base, backend, settings, aot, name=name)]
     else:
         procs: list = []
 
         def one(i: int, arch: str, dtype: str) -> dict:
             job = {**base, "archs": [arch], "dtypes": [dtype]}
-            return run_worker(workdir, job, backend, settings, cache_root / "aot", name=f"{name}-{i}", procs=procs)
+            return run_worker(workdir, job, backend, settings, aot, name=f"{name}-{i}", procs=procs)
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures: list = []
