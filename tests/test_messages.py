@@ -4,10 +4,14 @@ it was typed and writes them back key for key, and each JSON Schema that describ
 from __future__ import annotations
 
 import json
+import typing
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from cli_schema import resolve
 
+from loop.common import messages
 from loop.common.messages import Change, Decision, Failure, Inflight, Stop
 from loop.records.results import Record
 
@@ -102,3 +106,66 @@ def test_the_record_keeps_its_parts_typed_and_writes_the_same_dicts():
     assert Failure.from_json({"status": "interrupted", "message": "m"}) == Failure("interrupted", "m")
     with pytest.raises(ValueError, match="unknown change kind"):
         Change.from_json({"kinds": ["colour"], "details": [], "hint": ""})
+
+
+# ------------------------------------------------------------------------------ the schemas agree with them
+
+
+def inflight_schema() -> dict:
+    marker = resolve("common.json#/$defs/run_status")["properties"]["inflight"]
+    return next(alt for alt in marker["anyOf"] if alt.get("type") == "object")
+
+
+# each JSON Schema (loop/cli/schema) that describes a message, with the message's type
+DESCRIBED = {"common.json#/$defs/change": Change, "common.json#/$defs/decision": Decision,
+             "common.json#/$defs/stop": Stop, "common.json#/$defs/failure": Failure, "run_status.inflight": Inflight}
+
+
+def schema_of(where: str) -> dict:
+    return inflight_schema() if where == "run_status.inflight" else resolve(where)
+
+
+def literal_values(tp) -> set[str] | None:
+    """The values a field's Literal allows (inside `X | None` too), or None for a field of no Literal."""
+    if typing.get_origin(tp) is typing.Literal:
+        return set(typing.get_args(tp))
+    found = [v for arg in typing.get_args(tp) if (v := literal_values(arg)) is not None]
+    return set().union(*found) if found else None
+
+
+def enum_of(prop: dict) -> set[str] | None:
+    """The values a schema property allows: its enum, or its array items' enum."""
+    if "enum" in prop:
+        return set(prop["enum"]) - {None}
+    return set(prop.get("items", {}).get("enum", ())) or None
+
+
+def disagreements(kind: type, schema: dict) -> list[str]:
+    """Where a message's dataclass and the schema that describes it disagree: a required property that is
+    no field, a field the schema does not describe, a field's closed set of values that is not the
+    schema's enum."""
+    names, props = {f.name for f in fields(kind)}, schema["properties"]
+    out = [f"required {name!r} is no field" for name in sorted(set(schema.get("required", ())) - names)]
+    out += [f"field {name!r} is not described" for name in sorted(names - set(props))]
+    hints = typing.get_type_hints(kind)
+    for name in sorted(names & set(props)):
+        allowed = set(typing.get_args(messages.ChangeKind)) if name == "kinds" else literal_values(hints[name])
+        listed = enum_of(props[name])
+        if allowed != listed and (allowed is not None or listed is not None):
+            out.append(f"field {name!r}: the type allows {sorted(allowed or ())}, the schema {sorted(listed or ())}")
+    return out
+
+
+@pytest.mark.parametrize("where", DESCRIBED)
+def test_each_schema_of_a_message_agrees_with_its_dataclass(where):
+    assert disagreements(DESCRIBED[where], schema_of(where)) == []
+
+
+def test_a_schema_and_a_dataclass_that_drifted_apart_disagree():
+    stop = json.loads(json.dumps(resolve("common.json#/$defs/stop")))
+    del stop["properties"]["timing"]
+    stop["required"].append("when")
+    decision = json.loads(json.dumps(resolve("common.json#/$defs/decision")))
+    decision["properties"]["verdict"]["enum"].remove("void")
+    assert disagreements(Stop, stop) == ["required 'when' is no field", "field 'timing' is not described"]
+    assert disagreements(Decision, decision) and "void" in disagreements(Decision, decision)[0]

@@ -132,6 +132,7 @@ class Decision:
 
 
 StopName = Literal["continue", "stop", "escalate"]
+TimingMode = Literal["interpreter", "gpu", "harness"]  # how a run's iterations are timed
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class Stop:
 
     state: StopName
     reason: str
-    timing: str | None = None
+    timing: TimingMode | None = None
 
     def to_json(self) -> dict:
         d: dict = {"state": self.state, "reason": self.reason}
