@@ -34,7 +34,8 @@ def add_suite(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--restart", action="append", metavar="TARGET", default=[],
                     help="run, with --resume: forget this target's run (branch, records, entry) so it starts anew, "
                          "e.g. after its playbook changed; repeatable")
-    sp.add_argument("--out", help="summarize: write the markdown here (default: print it)")
+    sp.add_argument("--out", help="summarize: write the markdown here (default: print it); the plot of where and when each "
+                                  "target ran goes beside it (<name>-nodes.png), else into the first suite folder given")
     sp.add_argument("--title", default="tileloop suite results", help="summarize: the document title")
     sp.add_argument("--unattended-json", metavar="PATH",
                     help="summarize: also write the unattended results list here (e.g. "

@@ -8,8 +8,10 @@ iteration and then its result, the driver takes into the repository as it comes:
 objects, sets the refs (each only where it is still as the task last left it), swaps the records
 into `sandbox/<run>/` (where a suite without `--gpus` keeps them) and puts the result's entry,
 report and log into the output folder, so that `tileloop history`, the records and the suite
-summary read as for a local run. The entry names the node (its hostname) that ran it; the records'
-environment names its GPU.
+summary read as for a local run. The entry names the node (its hostname) that ran it, and what the
+run cost the driver (`DriverCost`: the bytes sent and returned, the seconds to fetch them and take
+them in; `suite summarize` simulates the suite on more GPUs with it); the records' environment
+names its GPU.
 
 Checkpoints travel as items of the task's stream (a Ray streaming generator): the driver owns
 them and reads them in order as they come, with no actor or store of its own to keep alive, and it

@@ -3,6 +3,7 @@ per op and implementation, baseline and final latency (each from its own measure
 product of the kept experiments' paired speedups, never baseline over final latency), fraction of same-run clone
 bandwidth (memory-bound ops) or of torch.matmul's rate (matmul), torch eager and torch.compile,
 iterations, wall time per iteration and the recipes kept; then Triton/PTX against cuTile per op.
+Its rows per node and plot come from `nodes`, its wall time simulated on more GPUs from `simulate`.
 """
 
 from __future__ import annotations
