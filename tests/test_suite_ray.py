@@ -356,7 +356,9 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
     assert int(found[0].group(1)) == 1 and "sending it again to resume from iteration 1" in said, said[-3000:]
     [entry] = json.loads(out)["entries"]
     assert "error" not in entry and entry["resumed"] is True, (entry, said[-3000:])
-    assert "after iteration 1 had come back" in entry["lost_task"], entry["lost_task"]
+    # Ray says NodeDiedError here (its raylet gone); the node's worker seen dying first would say WorkerCrashedError
+    why = re.match(r"the Ray task on \S+ was lost \((\w+)\) after iteration 1 had come back", entry["lost_task"])
+    assert why and why.group(1) in ("NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError"), entry["lost_task"]
     run_dir = tmp_path / "sandbox" / run
     recs = _records(run_dir / "results.jsonl")
     assert [r.iteration for r in recs] == [0, 1, 2], said[-3000:]  # none lost, none twice
@@ -365,7 +367,8 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
     assert state["last_iteration"] == 2 and state["inflight"] is None and state["stopped"]["state"] == "stop"
     for r in recs:  # every experiment's commit came back into this repository
         assert git_type(tmp_path, r.commit) == "commit"
-    assert entry["driver"]["checkpoints"] >= 2 and entry["driver"]["sent_bytes"] > 0
+    # the driver's cost counts every checkpoint it took in, of both tasks
+    assert entry["driver"]["checkpoints"] == len(checkpointed.findall(said)) >= 2 and entry["driver"]["sent_bytes"] > 0
     # the task on the dead node died with it, its run's tileloop too, and the task sent again removed its clone
     assert not os.path.exists(f"/proc/{pid}") and not clone.exists()
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _cwd(p).startswith(str(clone))]
