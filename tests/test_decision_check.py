@@ -25,6 +25,7 @@ from loop.cli import main
 from loop.common import settings as settings_mod
 from loop.common.errors import UserError
 from loop.common.jobs import MAX_PROBES
+from loop.decide import Outcome
 from loop.decide.check import judged_decision, next_size, summarize, trial_rows, wants_again, wilson
 from loop.measure import evaluate
 from loop.target.change import describe
@@ -171,7 +172,7 @@ def test_trial_rows_decide_each_shape_and_all_shapes_like_the_loop():
     assert by_shape['"all"']["action"] == "revert" and by_shape['"all"']["verdict"] == "regression"
     assert all(r["trial"] == 4 and r["scenario"] == "slowdown" for r in rows)
     # the joint row is the loop's own decision on the judged measurement
-    assert by_shape['"all"']["speedup"] == judged_decision(POLICY, ok(slow, same)).speedup
+    assert by_shape['"all"']["speedup"] == judged_decision(POLICY, Outcome.from_json(ok(slow, same))).speedup
 
 
 def test_trial_rows_one_shape_has_no_joint_row_and_a_speedup_is_kept():
@@ -260,7 +261,7 @@ def test_a_trial_is_decided_as_an_iteration_decides_the_same_judged_measurement(
     for remeasured in (False, True):
         theirs = iteration.judgement(loop, results, {"interpreter": raw}, sources, remeasured=remeasured,
                                    unmeasurable="" if can.measurable else can.reason)
-        mine = judged_decision(POLICY, out, remeasured)
+        mine = judged_decision(POLICY, Outcome.from_json(out), remeasured)
         assert (mine.action, mine.verdict, mine.speedup) == (theirs.action, theirs.verdict, theirs.speedup)
 
 

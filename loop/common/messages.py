@@ -16,7 +16,6 @@ from typing import Literal, get_args
 # where an iteration is when state.json is written: the baseline starts (init) and is verified and
 # measured; a candidate is swept, applied, committed, verified, measured, decided and recorded
 Stage = Literal["start", "sweep", "apply", "commit", "verify", "measure", "decide", "record"]
-STAGES: tuple[str, ...] = get_args(Stage)
 
 
 @dataclass(frozen=True)

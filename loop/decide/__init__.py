@@ -13,6 +13,7 @@ from loop.decide.rules import (
                                VOID,
                                Action,
                                Decision,
+                               Outcome,
                                Policy,
                                Progress,
                                ShapeComparison,
@@ -27,6 +28,6 @@ from loop.decide.rules import (
                                void,
 )
 
-__all__ = ["CRASH_STATUSES", "VOID", "Action", "Change", "Decision", "Measurability", "Policy", "Progress", "ShapeComparison",
+__all__ = ["CRASH_STATUSES", "VOID", "Action", "Change", "Decision", "Measurability", "Outcome", "Policy", "Progress", "ShapeComparison",
            "Stop", "combine", "compare_shape", "comparisons", "decide", "judged_decision", "measurability", "stop_state",
            "stopping", "void"]

@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Callable, Sequence
 
 from loop.common.jobs import shape_text as _key
-from loop.decide.rules import VOID, Decision, Policy, comparisons, decide, judged_decision
+from loop.decide.rules import VOID, Decision, Outcome, Policy, comparisons, decide, judged_decision
 
 SCENARIOS = ("aa", "slowdown", "speedup", "honest")
 PLANTED = ("slowdown", "speedup")  # the scenarios that need a plant
@@ -48,14 +48,16 @@ def wants_again(rows: list[dict]) -> bool:
     return any(r["action"] == "remeasure" for r in rows)
 
 
-def _decided(outcome: dict, base: dict, policy: Policy, remeasured: bool) -> list[dict]:
+def _decided(event: dict, base: dict, policy: Policy, remeasured: bool) -> list[dict]:
+    """The rows of one measurement of a trial (`event`: its outcome as decision-check kept it)."""
+    outcome = Outcome.from_json(event)
     whole = judged_decision(policy, outcome, remeasured)
-    timed = (outcome.get("timing") or {}).get("shapes") or []
+    timed = (outcome.timing or {}).get("shapes") or []
     if not timed or whole.verdict in ("guard_failed", "unexercised", "unmeasured", VOID):  # one decision for every row
-        shapes = [s["shape"] for s in timed] or list(outcome.get("shapes") or [])
+        shapes = [s["shape"] for s in timed] or list(event.get("shapes") or [])
         keys = shapes + (["all"] if len(shapes) != 1 else [])
         return [{**base, "shape": k, **_decision_fields(whole, remeasured)} for k in keys]
-    comps = comparisons(outcome, policy)
+    comps = comparisons(outcome.timing, policy)
     rows = [{**base, "shape": list(c.shape), "method": s["method"],
              **_decision_fields(decide(policy, shapes=[c], remeasured=remeasured), remeasured)}
             for c, s in zip(comps, timed)]

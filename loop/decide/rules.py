@@ -66,10 +66,32 @@ def compare_shape(shape, incumbent_ms: Sequence[float], candidate_ms: Sequence[f
     return paired(shape, incumbent_ms, candidate_ms, policy.z, policy.noise_floor)
 
 
-def comparisons(raw: dict, policy: Policy) -> list[ShapeComparison]:
-    """Per benchmark shape, the incumbent against the candidate, from a worker's timing result."""
+def comparisons(timing: dict, policy: Policy) -> list[ShapeComparison]:
+    """Per benchmark shape, the incumbent against the candidate, from the judge's timing result."""
     return [compare_shape(s["shape"], s["impls"]["incumbent"]["samples_ms"], s["impls"]["candidate"]["samples_ms"], policy)
-            for s in raw["timing"]["shapes"]]
+            for s in timing["shapes"]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One judged measurement of the target backend as the rules read it: its status (ok, fallback, or
+    the typed failure) and message, which implementation failed and on which backend (where the
+    incumbent did), the judge's timing result when ok, the functions the change touched that no check
+    ran, and why the change cannot show in the timing mode (empty: it can)."""
+
+    status: str
+    message: str = ""
+    failed_impl: str | None = None
+    backend: str | None = None
+    timing: dict | None = None
+    unexercised: tuple[str, ...] = ()
+    unmeasurable: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Outcome":
+        """An outcome as decision-check keeps it in its trial events (fields it does not read ignored)."""
+        return cls(d["status"], d.get("message", ""), d.get("failed_impl"), d.get("backend"), d.get("timing"),
+                   tuple(d.get("unexercised") or ()), d.get("unmeasurable") or "")
 
 
 
@@ -91,7 +113,7 @@ def void(reason: str) -> Decision:
     return Decision("unmeasured", VOID, reason)
 
 
-def judged_decision(policy: Policy, outcome: dict, remeasured: bool = False, guard_failures: Sequence[str] = ()
+def judged_decision(policy: Policy, outcome: Outcome, remeasured: bool = False, guard_failures: Sequence[str] = ()
                     ) -> Decision:
     """The loop's decision on one judged measurement of its target backend, taken by an iteration
     (`loop.run.iteration`, with its guard backends' failures) and by decision-check's trials alike: a
@@ -99,20 +121,20 @@ def judged_decision(policy: Policy, outcome: dict, remeasured: bool = False, gua
     the candidate), a failed backend proof is `guard_failed`, a typed failure of the candidate
     (incorrect, uncorroborated, a crash) is decided as such, a change no check ran is `unexercised`,
     one that cannot show in the timing mode `unmeasured`; else the paired comparisons of every timed
-    shape decide. `outcome`: {status, message, failed_impl, backend (where the incumbent failed, if
-    named), timing (the judge's timing result when ok), unexercised, unmeasurable}."""
-    if outcome["status"] not in ("ok", "fallback") and outcome.get("failed_impl") == "incumbent":
-        where = f" on {outcome['backend']}" if outcome.get("backend") else ""
-        return void(f"the incumbent failed{where} ({outcome['status']}: {str(outcome.get('message', ''))[:300]}): "
+    shape decide."""
+    if outcome.status not in ("ok", "fallback") and outcome.failed_impl == "incumbent":
+        where = f" on {outcome.backend}" if outcome.backend else ""
+        return void(f"the incumbent failed{where} ({outcome.status}: {str(outcome.message)[:300]}): "
                     "the measurement is void, nothing is charged to the candidate")
-    if outcome["status"] == "fallback":
-        return Decision("revert", "guard_failed", outcome["message"])
-    if outcome["status"] != "ok":
-        return decide(policy, failure=outcome["status"], failure_message=outcome["message"])
-    unexercised, unmeasurable = outcome.get("unexercised") or (), outcome.get("unmeasurable") or ""
-    if unexercised or unmeasurable:  # correct, but its timing is not looked at
-        return decide(policy, guard_failures=guard_failures, unexercised=unexercised, unmeasurable=unmeasurable)
-    return decide(policy, shapes=comparisons(outcome, policy), guard_failures=guard_failures, remeasured=remeasured)
+    if outcome.status == "fallback":
+        return Decision("revert", "guard_failed", outcome.message)
+    if outcome.status != "ok":
+        return decide(policy, failure=outcome.status, failure_message=outcome.message)
+    if outcome.unexercised or outcome.unmeasurable:  # correct, but its timing is not looked at
+        return decide(policy, guard_failures=guard_failures, unexercised=outcome.unexercised,
+                      unmeasurable=outcome.unmeasurable)
+    return decide(policy, shapes=comparisons(outcome.timing, policy), guard_failures=guard_failures,
+                  remeasured=remeasured)
 
 
 def decide(

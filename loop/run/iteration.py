@@ -194,14 +194,14 @@ def judgement(run: Run, results: dict[str, BackendResult], raw: dict, sources: t
                   None)
     if failed is not None:
         name, r = failed
-        outcome = {"status": r.get("status"), "message": r.get("message", ""), "failed_impl": "incumbent", "backend": name}
+        outcome = rules.Outcome(r.get("status"), r.get("message", ""), failed_impl="incumbent", backend=name)
         return rules.judged_decision(run.policy, outcome)
-    outcome = {"status": target.status, "message": target.reason}
+    outcome = rules.Outcome(target.status, target.reason)
     if target.status == "ok":
         seen = raw[tb].get("correctness", {})
         launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
-        outcome.update(timing=raw[tb]["timing"], unmeasurable=unmeasurable,
-                       unexercised=unexercised(*sources, launched, called) if launched is not None else [])
+        outcome = replace(outcome, timing=raw[tb]["timing"], unmeasurable=unmeasurable,
+                          unexercised=tuple(unexercised(*sources, launched, called)) if launched is not None else ())
     return rules.judged_decision(run.policy, outcome, remeasured,
                                   guard_failures=guard_failures(results, tb) if target.status == "ok" else ())
 
