@@ -107,7 +107,7 @@ def _interrupted(run: Run, inflight: Inflight, optimization: str, interrupted_at
 
 def check_environment(run: Run, probe: dict) -> None:
     """A resume on another machine or toolchain is refused: its timings would not compare."""
-    found = {k: probe.get(k) for k in st.FINGERPRINT_KEYS}
+    found = {k: probe.get(k) for k in st.fingerprint_keys(run.state.language)}
     diff = [f"{k}: {v!r} -> {found[k]!r}" for k, v in run.state.fingerprint().items() if found[k] != v]
     if diff:
         raise EnvironmentMismatch(f"this run was measured on a different machine or toolchain ({'; '.join(diff)})",

@@ -20,6 +20,12 @@ STATE_SCHEMA = "tileloop.state/1"
 SANDBOX = "sandbox"
 FINGERPRINT_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version",
                     "cutile_version", "nvtriton")
+LANGUAGE_FINGERPRINT_KEYS = {"cuda": ("nvcc_version", "nvcc_flags")}  # the toolchain that builds that language's kernels
+
+
+def fingerprint_keys(language: str) -> tuple[str, ...]:
+    """The environment keys a run's timings depend on: every run's, and its language's toolchain."""
+    return FINGERPRINT_KEYS + LANGUAGE_FINGERPRINT_KEYS.get(language, ())
 
 
 @dataclass
@@ -64,7 +70,7 @@ class RunState:
     records_seal: dict = field(default_factory=dict)
 
     def fingerprint(self) -> dict:
-        return {k: self.env.get(k) for k in FINGERPRINT_KEYS}
+        return {k: self.env.get(k) for k in fingerprint_keys(self.language)}
 
 
 def run_dir(root: Path, run_id: str) -> Path:
