@@ -327,7 +327,7 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
     target, run = TARGETS[0], "suite-vector-add-triton"
     env = with_package_path(dict(os.environ))
     clean_env.setenv("PYTHONPATH", env.get("PYTHONPATH", ""))  # the nodes' workers import this tileloop
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    cluster, proc = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}), None
     try:
         doomed = cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
         cluster.wait_for_nodes()
@@ -350,6 +350,9 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
         cluster.remove_node(doomed, allow_graceful=False)
         out, _ = proc.communicate(timeout=240)
     finally:
+        if proc is not None and proc.poll() is None:  # a check above failed: the driver goes too
+            proc.kill()
+            proc.wait()
         cluster.shutdown()
     said = err_path.read_text()
     assert proc.returncode == 0, said[-3000:]
