@@ -1,6 +1,7 @@
 """The records of an external bench command: what one number is (its identity and latency), parsed
-from pytest's junitxml (`record_property`) or from dicts printed one per line, and summarised per
-record over the runs of one version. The accepted format is documented in docs/harness.md:
+from pytest's junitxml (`record_property`) or from lines printed one per record, and summarised per
+record over the runs of one version; and the verdicts a command prints. The accepted format is
+documented in docs/harness.md:
 
   latency (ms), required:  median_ms | latency_ms | ms, or timing statistics with `median` (ms);
                            a record without one may hold per-pass statistics as dict values,
@@ -9,6 +10,10 @@ record over the runs of one version. The accepted format is documented in docs/h
                            them: {'cutile': {'forward': {'median': ...}}}
   identity (matching):     name, op, backend, provider, shape, dtype, pass, property
   optional metrics:        gbps, tflops
+  croq-tune's lines:       `TFLOPS: <v> time_ms: <v>` is a record (latency time_ms, tflops) without an
+                           identity, numbered in order; a line that names either field in another form
+                           is malformed (MalformedRecord). `VERIFY: PASS` / `VERIFY: FAIL ...` are
+                           verdicts: any but PASS is a failed check (`failed_verdict`)
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 import statistics
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -28,12 +34,23 @@ class ExternalHarnessError(HarnessFailure, UserError):
     """The harness failed, not the candidate: the iteration stays in flight for `tileloop resume`."""
 
 
+class MalformedRecord(ExternalHarnessError):
+    """A printed line names a record's fields but is not one: the harness's failure on the incumbent
+    (or the baseline), the candidate's (incorrect) when only the candidate prints it."""
+
+
 LATENCY_KEYS = ("median_ms", "latency_ms", "ms")
 STATS_LATENCY_KEY = "median"  # timing statistics in ms, as TileGym's benchmark records carry them
 IDENTITY_KEYS = ("name", "op", "backend", "provider", "shape", "dtype", "pass", "property")
 METRIC_KEYS = ("gbps", "tflops")
 MAX_NESTING = 1  # {backend: {pass: stats}}: deeper dicts are not records
 NON_FINITE = {"nan": math.nan, "inf": math.inf}  # repr() of a float statistic, e.g. a std of one sample
+# croq-tune's iteration scripts: bench() prints `TFLOPS: <v> time_ms: <v>`, verify() `VERIFY: PASS` or
+# `VERIFY: FAIL max_abs_err=<v>`. Text before them on the line (pytest's progress dots) is ignored.
+CROQ_FIELDS = re.compile(r"\b(?:TFLOPS|time_ms):")
+CROQ_LINE = re.compile(r"\bTFLOPS:[ \t]*(?P<tflops>\S+)[ \t]+time_ms:[ \t]*(?P<ms>\S+)\s*$")
+CROQ_FORM = "TFLOPS: <v> time_ms: <v>"
+VERDICT = re.compile(r"\bVERIFY:[ \t]*(?P<verdict>\S*)")
 
 
 @dataclass(frozen=True)
@@ -162,19 +179,50 @@ def _literal(text: str):
         return None
 
 
+def _croq_record(line: str, number: int) -> tuple[dict, dict, float] | None:
+    """The record of a croq-tune `TFLOPS: <v> time_ms: <v>` line, None for a line that names neither
+    field; MalformedRecord for one that names them otherwise (a missing field, text where a number
+    goes, a time that is not a positive finite number, a TFLOPS that is negative or not finite)."""
+    if not CROQ_FIELDS.search(line):
+        return None
+    match = CROQ_LINE.search(line)
+    tflops = ms = None
+    if match:
+        tflops, ms = (_number(_literal(match[k]), positive=p) for k, p in (("tflops", False), ("ms", True)))
+    if tflops is None or ms is None:
+        raise MalformedRecord(f"output line {number} is not `{CROQ_FORM}` with numbers (a positive time_ms): "
+                              f"{line.strip()[:200]!r}",
+                              hint="print f'TFLOPS: {tflops:.2f} time_ms: {ms:.4f}', with enough digits that the "
+                                   "time is not 0; see docs/harness.md")
+    return {}, {"tflops": tflops}, ms
+
+
 def parse_printed(text: str) -> list[BenchRecord]:
-    """Records printed one per line, as a dict between the first `{` and the last `}` of the line
-    (text around it, such as pytest's test id or progress dots, is ignored). Lines that are not a
-    dict, or a dict without a usable latency, are skipped."""
+    """Records printed one per line: a dict between the first `{` and the last `}` of the line
+    (text around it, such as pytest's test id or progress dots, is ignored), or croq-tune's
+    `TFLOPS: <v> time_ms: <v>`. Lines that are neither, or a dict without a usable latency, are
+    skipped; a line that names croq-tune's fields in another form raises MalformedRecord."""
     items = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         start, end = line.find("{"), line.rfind("}")
         if start < 0 or end <= start:
+            if (croq := _croq_record(line, number)) is not None:
+                items.append(croq)
             continue
         obj = _literal(line[start:end + 1])
         if isinstance(obj, dict):
             items.extend(_expand(obj, {}))
     return _numbered(items)
+
+
+def failed_verdict(text: str) -> str | None:
+    """The first `VERIFY: <verdict>` line whose verdict is not PASS (croq-tune's verify() prints
+    `VERIFY: FAIL max_abs_err=<v>`), stripped; None when every verdict printed is PASS or none is."""
+    for line in text.splitlines():
+        match = VERDICT.search(line)
+        if match and match["verdict"] != "PASS":
+            return line.strip()[:200]
+    return None
 
 
 def parse_junitxml(path: Path) -> list[BenchRecord]:

@@ -4,7 +4,8 @@ A run started with `--test-cmd` and `--bench-cmd` (e.g. a TileGym checkout with 
 does not use the spec-based worker. Each measurement, in the repository's working tree:
 
 1. the test command runs once on the candidate: exit status 0 is PASS, any other status is
-   `incorrect`, running past the time limit is `timeout`;
+   `incorrect`, running past the time limit is `timeout`; a printed verdict other than
+   `VERIFY: PASS` (croq-tune's `VERIFY: FAIL max_abs_err=<v>`) is `incorrect` whatever the status;
 2. the bench command runs `bench_repeats` rounds with incumbent and candidate interleaved
    (A B, B A, A B, ...). External harnesses import the target from its place, so for each run
    the target file holds that version's source; the candidate is always put back afterwards,
@@ -13,8 +14,10 @@ does not use the spec-based worker. Each measurement, in the repository's workin
    latencies (one per round) are one "shape" for the paired decision rules of `loop.decide`.
 
 Records come from a junitxml file (when the bench command contains `{junitxml}`, which is
-replaced by a path under the run's sandbox) or else from lines the command prints; what a record
-is and how it is parsed is `loop.measure.bench_records`'s.
+replaced by a path under the run's sandbox) or else from lines the command prints (dicts, or
+croq-tune's `TFLOPS: <v> time_ms: <v>`); what a record is and how it is parsed is
+`loop.measure.bench_records`'s. A candidate's bench run that prints a failed verdict or a malformed
+record line is `incorrect`; the incumbent's (or the baseline's) is the harness's failure.
 
 Failures of the harness itself (no parsable record, the incumbent failing its bench, records
 that differ between runs of the same version, files left in the working tree, and, at the
@@ -40,7 +43,9 @@ from loop.common.stats import geomean
 from loop.measure.bench_records import (
     BenchRecord,
     ExternalHarnessError,
+    MalformedRecord,
     difference,
+    failed_verdict,
     parse_junitxml,
     parse_printed,
     show,
@@ -264,6 +269,8 @@ def _measure(tree: _Tree, harness: Harness, incumbent_src: str | None, candidate
     if test.status == "failed":
         return failed("incorrect", f"the test command exited with code {test.returncode} (log: {rel_dir}/test.log): "
                                    f"...{test.tail()}")
+    if (verdict := failed_verdict(_output(test))) is not None:
+        return failed("incorrect", f"the test command printed {verdict!r} (log: {rel_dir}/test.log)")
     runs = _bench(tree, harness, incumbent_src, candidate_src, on_stage, raw)
     if isinstance(runs, tuple):  # the candidate's bench failed
         return failed(*runs)
@@ -308,8 +315,26 @@ def _bench(tree: _Tree, harness: Harness, incumbent_src: str | None, candidate_s
                                            hint="the harness or the machine changed; fix it, then tileloop resume")
             return ("timeout" if run.status == "timeout" else "runtime_error",
                     f"the bench command {what} on the {side} ({where}): ...{run.tail()}")
-        runs[side].append(_records_of(run, harness, xml, f"{side}, run {i}/{len(order)}", where))
+        try:
+            verdict = failed_verdict(_output(run))
+            if verdict is not None:
+                raise MalformedRecord(f"the bench command printed {verdict!r}")
+            runs[side].append(_records_of(run, harness, xml, f"{side}, run {i}/{len(order)}", where))
+        except MalformedRecord as exc:
+            message = f"{exc} on the {side}, run {i}/{len(order)} ({where})"
+            if side == "candidate":
+                return "incorrect", message
+            raise MalformedRecord(message, hint="not the candidate's doing: fix the bench command or what it prints "
+                                                "(docs/harness.md), then run again (after a step: tileloop resume)"
+                                  ) from None
     return runs
+
+
+def _output(run: CommandRun) -> str:
+    try:
+        return run.log.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _records_of(run: CommandRun, harness: Harness, xml: Path, which: str, where: str) -> list[BenchRecord]:
@@ -320,7 +345,7 @@ def _records_of(run: CommandRun, harness: Harness, xml: Path, which: str, where:
                                        hint="pass --junitxml={junitxml} to pytest in --bench-cmd")
         records = parse_junitxml(xml)
     else:
-        records = parse_printed(run.log.read_text(errors="replace"))
+        records = parse_printed(_output(run))
     if not records:
         source = f"junitxml {xml.name}" if JUNITXML in harness.bench_cmd else "output"
         hint = ("each record is a dict with a latency in ms (median_ms, latency_ms, ms, or median): printed one "
