@@ -61,6 +61,7 @@ def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_
     assert (tmp_path / "sandbox" / "suite" / "ray-logs").is_dir()
     assert out.err.count(f"came back from {socket.gethostname()}: bundle") == 2
     assert git(tmp_path, "rev-parse", "HEAD").strip() == start and git(tmp_path, "status", "--porcelain") == ""
+    assert _clones_from(start) == []  # each task removed its clone before its result came back
 
     # without --resume, runs that exist are not started again over their branches
     assert main(args) == 2
@@ -381,6 +382,16 @@ def git_type(root, sha: str) -> str:
     from tests.conftest import git
 
     return git(root, "cat-file", "-t", sha).strip()
+
+
+def _clones_from(start: str) -> list[Path]:
+    """The tasks' clones left in this host's temporary folder that hold the commit `start`."""
+    import subprocess
+    import tempfile
+
+    return [c for c in Path(tempfile.gettempdir()).glob("tileloop-task-*") if (c / "repo").is_dir()
+            and subprocess.run(["git", "-C", str(c / "repo"), "cat-file", "-e", f"{start}^{{commit}}"],
+                               capture_output=True).returncode == 0]
 
 
 def _raylet_of(pid: int) -> int | None:

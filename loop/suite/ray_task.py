@@ -313,9 +313,12 @@ def run_task(spec: TaskInput, bundle: bytes, records: bytes | None):
                 sent = checkpoint.iteration
                 yield checkpoint
         refs = run_refs(repo, run_id, branch)
-        yield TaskResult(target=spec.target, node=socket.gethostname(), entry=ended["entry"], refs=refs,
-                         bundle=make_bundle(repo, list(refs), exclude=spec.start_sha),
-                         archive=pack({RUN_FOLDER: repo / st.SANDBOX / run_id, OUT_FOLDER: out}), log=lines)
+        result = TaskResult(target=spec.target, node=socket.gethostname(), entry=ended["entry"], refs=refs,
+                            bundle=make_bundle(repo, list(refs), exclude=spec.start_sha),
+                            archive=pack({RUN_FOLDER: repo / st.SANDBOX / run_id, OUT_FOLDER: out}), log=lines)
     finally:
         children.kill_all()
         shutil.rmtree(work, ignore_errors=True)
+    # the clone is gone before the result goes: a driver that has it may stop a local cluster at once,
+    # its workers with it, and a clone removed part-way then (its pid file first) stays for good
+    yield result
