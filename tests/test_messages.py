@@ -12,7 +12,8 @@ import pytest
 from cli_schema import resolve
 
 from loop.common import messages
-from loop.common.messages import Change, Decision, Failure, Inflight, Stop
+from loop.common.messages import (Change, Corroboration, Decision, Failure, ImplTiming, Inflight, Recheck, ShapeTiming, Stop,
+                                  Timing)
 from loop.records.results import Record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +107,47 @@ def test_the_record_keeps_its_parts_typed_and_writes_the_same_dicts():
     assert Failure.from_json({"status": "interrupted", "message": "m"}) == Failure("interrupted", "m")
     with pytest.raises(ValueError, match="unknown change kind"):
         Change.from_json({"kinds": ["colour"], "details": [], "hint": ""})
+
+
+# ------------------------------------------------------------------------------ the judge's timing result
+
+JUDGED = ROOT / "tests" / "fixtures" / "judge" / "interpreter-paired.result.json"  # a CPU run's judge, as written
+
+
+def test_the_judges_timing_result_reads_and_writes_back_the_result_file_byte_for_byte():
+    text = JUDGED.read_text()
+    raw = json.loads(text)
+    timing = Timing.from_json(raw["timing"])
+    assert json.dumps({**raw, "timing": timing.to_json()}, indent=1, default=str) == text
+    shape = timing.shapes[0]
+    assert (timing.dtype, timing.device, shape.method) == (raw["timing"]["dtype"], "cpu", "interpreter_wallclock")
+    for label in ("incumbent", "candidate"):
+        written = raw["timing"]["shapes"][0]["impls"][label]
+        assert shape.samples(label) == tuple(written["samples_ms"]) and shape.impls[label].median_ms == written["median_ms"]
+        assert shape.recheck[label].ok and shape.recheck[label].audits == written["nrep"]
+    assert shape.corroboration.ok and shape.corroboration.claimed_speedup == raw["timing"]["shapes"][0]["corroboration"][
+        "claimed_speedup"]
+    with pytest.raises(KeyError, match="no timing of sweep-64"):
+        shape.samples("sweep-64")
+
+
+def test_an_external_harness_timing_and_a_refused_one_read_and_write_back():
+    harness = {"shapes": [{"shape": ["n=4096"], "record": {"n": 4096}, "impls": {"candidate": {"samples_ms": [1.0, 2.0]},
+                                                                                "incumbent": {"samples_ms": [3, 4.5]}}}]}
+    timing = Timing.from_json(harness)
+    assert timing.to_json() == harness and json.dumps(timing.to_json()) == json.dumps(harness)
+    assert timing.shapes[0].samples("incumbent") == (3, 4.5) and timing.shapes[0].record == {"n": 4096}
+    refused = {"ok": False, "label": "candidate", "reason": "candidate: claimed 0.1 ms", "method": "cuda_graph",
+               "labels": {}, "refused_before": "candidate: x", "newer": [1]}  # a key no part names is kept as written
+    corr = Corroboration.from_json(refused)
+    assert (corr.ok, corr.label, corr.refused_before) == (False, "candidate", "candidate: x")
+    assert json.dumps(corr.to_json()) == json.dumps(refused)
+    made = ShapeTiming((8,), {"a": ImplTiming((1.0,), median_ms=1.0)}, method="cuda_graph", recheck={"a": Recheck(True, 3)})
+    assert made.to_json() == {"shape": [8], "impls": {"a": {"samples_ms": [1.0], "median_ms": 1.0}}, "method": "cuda_graph",
+                              "recheck": {"a": {"ok": True, "audits": 3}}}
+    assert ShapeTiming.from_json(made.to_json()) == made
+    with pytest.raises(ValueError, match="ShapeTiming without impls"):
+        ShapeTiming.from_json({"shape": [8]})
 
 
 # ------------------------------------------------------------------------------ the schemas agree with them

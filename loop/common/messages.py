@@ -8,7 +8,7 @@ The orchestrator, the judge and the worker may all import this module: it import
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Literal, get_args
 
 # ------------------------------------------------------------------------------ the in-flight marker
@@ -168,3 +168,182 @@ class Failure:
     @classmethod
     def from_json(cls, d: dict) -> "Failure":
         return cls(d["status"], d["message"])
+
+
+# ------------------------------------------------------------------------ the judge's timing result
+#
+# What the judge writes under a result's `timing` (`loop.judge.run`, `loop.judge.bench`): per timed shape
+# the method, each implementation's samples and their summary, the audits of what the timed calls wrote
+# and the verdict of the judge's clock on the claims. An external harness's timing result
+# (`loop.measure.external`) has the same layout with fewer keys (a shape's bench record, each side's
+# samples only). Each part reads the dict as written and writes it back key for key, in the order read;
+# keys it does not name are kept as they came (`extra`), so a newer judge's result reads too.
+
+
+def _read(cls, d: dict, **convert):
+    """An instance of the wire part `cls` from `d`: its named keys (converted where `convert` says how),
+    the others kept in `extra`, the order of all of them in `keys`."""
+    names = [f.name for f in fields(cls) if f.name not in ("extra", "keys")]
+    missing = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
+    if missing:
+        raise ValueError(f"a {cls.__name__} without {', '.join(missing)}: {str(d)[:200]}")
+    given = {k: convert[k](v) if k in convert and v is not None else v for k, v in d.items() if k in names}
+    return cls(**given, extra={k: v for k, v in d.items() if k not in names}, keys=tuple(d))
+
+
+def _write(part, **convert) -> dict:
+    """The dict `part` was read from (`_read`), or, for a part made here, its named keys that hold a value."""
+    names = [f.name for f in fields(part) if f.name not in ("extra", "keys")]
+    order = part.keys or tuple(n for n in names if getattr(part, n) is not None) + tuple(part.extra)
+    out = {}
+    for k in order:
+        if k in part.extra:
+            out[k] = part.extra[k]
+        else:
+            v = getattr(part, k)
+            out[k] = convert[k](v) if k in convert and v is not None else v
+    return out
+
+
+@dataclass(frozen=True)
+class ImplTiming:
+    """One implementation's timing at one shape: its samples (ms, as taken) and their summary (median,
+    interquartile range, mean, relative spread, extremes, count), GB/s and TFLOP/s at the median (None
+    for a zero median), its timing process's peak memory (MB), the configs a run-time tuner picked and its
+    fraction of the same-run copy bandwidth (where a clone was timed). An external harness's side has
+    its samples only."""
+
+    samples_ms: tuple[float, ...]
+    median_ms: float | None = None
+    iqr_ms: float | None = None
+    mean_ms: float | None = None
+    rel_std: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    nrep: int | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    peak_mem_mb: float | None = None
+    tuned: dict | list | None = None
+    frac_clone_bw: float | None = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        return _write(self, samples_ms=list)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ImplTiming":
+        return _read(cls, d, samples_ms=tuple)
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """The audits of one implementation's timed calls at one shape (`loop.judge.audit`): whether every
+    output they wrote was right, how many were audited, and the first wrong one in words."""
+
+    ok: bool
+    audits: int | None = None
+    reason: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        return _write(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Recheck":
+        return _read(cls, d)
+
+
+@dataclass(frozen=True)
+class Corroboration:
+    """The judge's clock on one shape's claimed timings (`loop.judge.corroborate`): ok, or why not and
+    the implementation refused (`label`); the method; per implementation the claimed and wall time of a
+    request, the overhead and jitter of a round trip and what its audits saw (`labels`); with a pair, the
+    claimed and the wall clock's speedup; `refused_before` where a first refusal was timed again."""
+
+    ok: bool
+    reason: str = ""
+    method: str | None = None
+    label: str | None = None
+    labels: dict | None = None
+    claimed_speedup: float | None = None
+    wall_speedup: float | None = None
+    refused_before: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        return _write(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Corroboration":
+        return _read(cls, d)
+
+
+def _impls(d: dict) -> dict[str, ImplTiming]:
+    return {label: ImplTiming.from_json(v) for label, v in d.items()}
+
+
+def _rechecks(d: dict) -> dict[str, Recheck]:
+    return {label: Recheck.from_json(v) for label, v in d.items()}
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    """One timed shape: the shape (an external harness's: its record's label, with the record), dtype,
+    timing method (cuda_graph | cuda_events_l2_flush | interpreter_wallclock | harness) and calls per
+    sample, the notes on how it was timed, each implementation's timing, the audits of what the timed
+    calls wrote, the judge's clock's verdict, the spec's flops and bytes at the shape, and the same-run
+    copy bandwidth (`clone`, on a GPU)."""
+
+    shape: tuple
+    impls: dict[str, ImplTiming]
+    record: dict | None = None
+    dtype: str | None = None
+    method: str | None = None
+    calls_per_sample: int | None = None
+    notes: tuple[str, ...] | None = None
+    recheck: dict[str, Recheck] | None = None
+    corroboration: Corroboration | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    clone: dict | None = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def samples(self, label: str) -> tuple[float, ...]:
+        """`label`'s samples at this shape (ms)."""
+        if label not in self.impls:
+            raise KeyError(f"no timing of {label} at {list(self.shape)}; timed: {', '.join(self.impls)}")
+        return self.impls[label].samples_ms
+
+    def to_json(self) -> dict:
+        return _write(self, shape=list, notes=list, impls=lambda d: {k: v.to_json() for k, v in d.items()},
+                      recheck=lambda d: {k: v.to_json() for k, v in d.items()},
+                      corroboration=lambda c: c.to_json())
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ShapeTiming":
+        return _read(cls, d, shape=tuple, notes=tuple, impls=_impls, recheck=_rechecks,
+                     corroboration=Corroboration.from_json)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One judged measurement's timing result: the dtype and device it was timed in (a judge's) and each
+    timed shape, in the order timed."""
+
+    shapes: tuple[ShapeTiming, ...]
+    dtype: str | None = None
+    device: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        return _write(self, shapes=lambda ss: [s.to_json() for s in ss])
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Timing":
+        return _read(cls, d, shapes=lambda ss: tuple(ShapeTiming.from_json(s) for s in ss))

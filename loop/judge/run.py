@@ -25,6 +25,7 @@ from pathlib import Path
 from loop.common import timing
 from loop.common.errors import SpecError
 from loop.common.harness import Harness
+from loop.common.messages import Timing
 from loop.common.spec import Spec
 from loop.judge import fork, references
 from loop.judge.bench import Bench
@@ -167,7 +168,7 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
         phases.mark("timed")
         if report is not None:
             references.settle(result, report)
-        if (bad := _first_bad(result["timing"], job)) is not None:
+        if (bad := _first_bad(Timing.from_json(result["timing"]), job)) is not None:
             return {**result, **bad}
     result["proof"] = _proof(kernels, job)
     phases.mark("proved")
@@ -191,19 +192,19 @@ def timed(torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProc
     return {"dtype": dtype, "device": device, "shapes": [bench.shape(tuple(s), dtype, plan) for s in shapes]}
 
 
-def _first_bad(timing_result: dict, job: dict) -> dict | None:
+def _first_bad(timing_result: Timing, job: dict) -> dict | None:
     """The timed run's first refusal: an output it wrote wrong, or a timing the judge's clock does not
     bear out."""
-    for s in timing_result["shapes"]:
-        for label, rc in s["recheck"].items():
-            if not rc["ok"]:
+    for s in timing_result.shapes:
+        for label, rc in (s.recheck or {}).items():
+            if not rc.ok:
                 return {"status": "incorrect", "failed_impl": label,
-                        "message": f"output written by the timed run is wrong at {s['shape']}: {rc.get('reason')}"}
-    for s in timing_result["shapes"]:
-        corr = s["corroboration"]
-        if not corr["ok"]:  # charged to the implementation whose timing was refused, the incumbent's to the incumbent
-            named = [lab for lab in s["impls"] if str(corr.get("reason", "")).startswith(f"{lab}:")]  # beyond_copy's
-            charged = corr.get("label") or (named[0] if named else job["check"][0] if job.get("check") else "candidate")
+                        "message": f"output written by the timed run is wrong at {list(s.shape)}: {rc.reason}"}
+    for s in timing_result.shapes:
+        corr = s.corroboration
+        if corr is not None and not corr.ok:  # charged to the implementation whose timing was refused, the incumbent's to the incumbent
+            named = [lab for lab in s.impls if str(corr.reason).startswith(f"{lab}:")]  # beyond_copy's
+            charged = corr.label or (named[0] if named else job["check"][0] if job.get("check") else "candidate")
             return {"status": "uncorroborated", "failed_impl": charged,
-                    "message": f"timing refused at {s['shape']}: {corr['reason']}"}
+                    "message": f"timing refused at {list(s.shape)}: {corr.reason}"}
     return None
