@@ -18,6 +18,7 @@ import playbook
 from conftest import git
 from loop.decide import Policy
 from loop.decide import sweep as sweeps
+from loop.common.messages import Timing
 from loop.common.settings import load as load_settings
 from loop.records import gitops, history
 from loop.records.perf_table import measurement_lines
@@ -41,13 +42,18 @@ def raw_of(samples: dict[str, list[float]], shapes=((4096,),)) -> dict:
                                                                                samples.items()}} for s in shapes]}}
 
 
+def timing_of(samples: dict[str, list[float]], shapes=((4096,),)) -> Timing:
+    """The same timing result, typed as the judge's boundary reads it."""
+    return Timing.from_json(raw_of(samples, shapes)["timing"])
+
+
 # ----------------------------------------------------------------------------------- the pure choice
 
 
 def test_each_value_is_paired_with_the_incumbent_and_the_best_geomean_is_chosen():
     inc = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.0]
-    raw = raw_of({"incumbent": inc, "sweep-512": [x / 1.5 for x in inc], "sweep-1024": [x / 2.0 for x in inc],
-                  "sweep-2048": [x / 0.9 for x in inc]}, shapes=((4096,), (8192,)))
+    raw = timing_of({"incumbent": inc, "sweep-512": [x / 1.5 for x in inc], "sweep-1024": [x / 2.0 for x in inc],
+                     "sweep-2048": [x / 0.9 for x in inc]}, shapes=((4096,), (8192,)))
     results = [sweeps.value_result(v, f"k:{v}", f"sweep-{v}", raw, POLICY) for v in (512, 1024, 2048)]
     assert [round(r.speedup, 6) for r in results] == [1.5, 2.0, round(0.9, 6)]
     assert all(r.lo <= r.speedup <= r.hi and len(r.shapes) == 2 for r in results)
@@ -141,8 +147,8 @@ def test_a_record_without_a_sweep_is_written_as_before_and_one_with_it_names_eve
                  backends={"interpreter": BackendResult("interpreter", True, "ok", latency_ms=1.0)}, commit=None,
                  parent=None)
     assert "sweep" not in rec.to_json() and "Tileloop-Sweep" not in history.trailers_for(rec)
-    values = [sweeps.value_result(v, f"k:{v}", f"sweep-{v}", raw_of({"incumbent": [2.0] * 5,
-                                                                      f"sweep-{v}": [2.0 / s] * 5}), POLICY).to_json()
+    values = [sweeps.value_result(v, f"k:{v}", f"sweep-{v}", timing_of({"incumbent": [2.0] * 5,
+                                                                         f"sweep-{v}": [2.0 / s] * 5}), POLICY).to_json()
               for v, s in ((256, 1.25), (2048, 1.5))]
     values.insert(1, sweeps.failed(1024, "k:1024", "incorrect", "wrong at (127,)").to_json())
     swept = Record(**{**rec.__dict__, "sweep": {"variable": "BLOCK", "from": "128", "key": "k", "timed": True,
@@ -170,10 +176,10 @@ class Fake:
         out = self.outcomes.pop(0)
         if out == "ok":
             samples = {"incumbent": [4.0] * 6, **{v.label: [4.0 / (1 + v.value / 1000)] * 6 for v in values}}
-            return BackendResult("interpreter", True, "ok"), raw_of(samples)
+            return BackendResult("interpreter", True, "ok"), timing_of(samples), raw_of(samples)
         status, who, message = out
-        return BackendResult("interpreter", True, status, message), {"status": status, "failed_impl": who,
-                                                                     "message": message}
+        return BackendResult("interpreter", True, status, message), None, {"status": status, "failed_impl": who,
+                                                                           "message": message}
 
 
 def stage(kernel_repo, monkeypatch, outcomes, key="launch-param:BLOCK=256"):

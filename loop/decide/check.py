@@ -52,13 +52,13 @@ def _decided(event: dict, base: dict, policy: Policy, remeasured: bool) -> list[
     """The rows of one measurement of a trial (`event`: its outcome as decision-check kept it)."""
     outcome = Outcome.from_json(event)
     whole = judged_decision(policy, outcome, remeasured)
-    timed = (outcome.timing or {}).get("shapes") or []
+    timed = outcome.timing.shapes if outcome.timing is not None else ()
     if not timed or whole.verdict in ("guard_failed", "unexercised", "unmeasured", VOID):  # one decision for every row
-        shapes = [s["shape"] for s in timed] or list(event.get("shapes") or [])
+        shapes = [list(s.shape) for s in timed] or list(event.get("shapes") or [])
         keys = shapes + (["all"] if len(shapes) != 1 else [])
         return [{**base, "shape": k, **_decision_fields(whole, remeasured)} for k in keys]
     comps = comparisons(outcome.timing, policy)
-    rows = [{**base, "shape": list(c.shape), "method": s["method"],
+    rows = [{**base, "shape": list(c.shape), "method": s.method,
              **_decision_fields(decide(policy, shapes=[c], remeasured=remeasured), remeasured)}
             for c, s in zip(comps, timed)]
     if len(comps) > 1:

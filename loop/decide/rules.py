@@ -37,7 +37,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from loop.common.messages import Action, Decision, Stop, StopName
+from loop.common.messages import Action, Decision, Stop, StopName, Timing
 from loop.common.stats import ShapeComparison, paired
 
 CRASH_STATUSES = ("compile_error", "runtime_error", "timeout", "oom")
@@ -66,10 +66,9 @@ def compare_shape(shape, incumbent_ms: Sequence[float], candidate_ms: Sequence[f
     return paired(shape, incumbent_ms, candidate_ms, policy.z, policy.noise_floor)
 
 
-def comparisons(timing: dict, policy: Policy) -> list[ShapeComparison]:
+def comparisons(timing: Timing, policy: Policy) -> list[ShapeComparison]:
     """Per benchmark shape, the incumbent against the candidate, from the judge's timing result."""
-    return [compare_shape(s["shape"], s["impls"]["incumbent"]["samples_ms"], s["impls"]["candidate"]["samples_ms"], policy)
-            for s in timing["shapes"]]
+    return [compare_shape(s.shape, s.samples("incumbent"), s.samples("candidate"), policy) for s in timing.shapes]
 
 
 @dataclass(frozen=True)
@@ -83,14 +82,15 @@ class Outcome:
     message: str = ""
     failed_impl: str | None = None
     backend: str | None = None
-    timing: dict | None = None
+    timing: Timing | None = None
     unexercised: tuple[str, ...] = ()
     unmeasurable: str = ""
 
     @classmethod
     def from_json(cls, d: dict) -> "Outcome":
         """An outcome as decision-check keeps it in its trial events (fields it does not read ignored)."""
-        return cls(d["status"], d.get("message", ""), d.get("failed_impl"), d.get("backend"), d.get("timing"),
+        timing = Timing.from_json(d["timing"]) if d.get("timing") else None
+        return cls(d["status"], d.get("message", ""), d.get("failed_impl"), d.get("backend"), timing,
                    tuple(d.get("unexercised") or ()), d.get("unmeasurable") or "")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from loop.common.messages import Timing
 from loop.decide.rules import Policy, combine, compare_shape
 
 NOT_MEASURED = "not_measured"  # a value the sweep could not time (the measurement failed for another reason)
@@ -39,10 +40,9 @@ class ValueResult:
         return asdict(self)
 
 
-def value_result(value: int, key: str, label: str, raw: dict, policy: Policy) -> ValueResult:
+def value_result(value: int, key: str, label: str, timing: Timing, policy: Policy) -> ValueResult:
     """`label`'s paired result against the incumbent, from one judged measurement's timing result."""
-    shapes = [compare_shape(s["shape"], s["impls"]["incumbent"]["samples_ms"], s["impls"][label]["samples_ms"], policy)
-              for s in raw["timing"]["shapes"]]
+    shapes = [compare_shape(s.shape, s.samples("incumbent"), s.samples(label), policy) for s in timing.shapes]
     speedup, lo, hi = combine(shapes, policy)
     rows = [{"shape": list(s.shape), "speedup": s.speedup, "lo": s.lo, "hi": s.hi} for s in shapes]
     return ValueResult(value, key, "ok", "", speedup, lo, hi, rows)

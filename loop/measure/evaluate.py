@@ -2,17 +2,19 @@
 
 The target backend runs first; if it crashes or is incorrect the guard backends are not run
 (the candidate is rejected anyway) and say so. Raw samples stay in the worker's result file
-under `sandbox/<run>/iter-NNN/`; records keep per-shape summaries.
+under `sandbox/<run>/iter-NNN/`; records keep per-shape summaries. A judge's timing result is read
+into its type here, once (`loop.common.messages.Timing`), and handed on as that value.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure
 from loop.common.jobs import seed_for
+from loop.common.messages import ImplTiming, Timing
 from loop.common.settings import Settings
 from loop.common.stats import geomean
 from loop.measure.host import JudgeHost
@@ -28,16 +30,25 @@ SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "p
 class Measurement:
     results: dict[str, BackendResult]
     raw: dict[str, dict]  # backend -> worker result (with samples)
+    timings: dict[str, Timing] = field(default_factory=dict)  # backend -> its judge's timing result, where it has one
 
     def target(self, name: str) -> BackendResult:
         return self.results[name]
 
 
-def _summary(stats: dict) -> dict:
+def _summary(impl: ImplTiming) -> dict:
+    stats = impl.to_json()
     return {k: stats.get(k) for k in SUMMARY_KEYS if k in stats}
 
 
-def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Path) -> BackendResult:
+def timing_of(raw: dict) -> Timing | None:
+    """A judge's (or a harness's) timing result, typed; None where it timed nothing."""
+    return Timing.from_json(raw["timing"]) if raw.get("timing") else None
+
+
+def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Path,
+                      timing: Timing | None = None) -> BackendResult:
+    """A backend's typed result from its judge's result (`timing`: its timing result, where already read)."""
     backend = backend_registry.get(name)
     status = raw.get("status", "runtime_error")
     rel_dir = str(workdir.relative_to(root))
@@ -51,17 +62,17 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
         return BackendResult(name, True, status, msg[:500], correctness=correctness,
                              timing_label=backend.timing_label, worker_dir=rel_dir, drawn=drawn)
     shapes, cand, inc = [], [], []
-    for s in raw["timing"]["shapes"]:
-        impls = s["impls"]
-        entry = {"shape": s["shape"], "dtype": s["dtype"], "method": s["method"], "flops": s.get("flops"), "bytes": s.get("bytes"),
-                 "calls_per_sample": s["calls_per_sample"], "notes": s.get("notes", []),
+    for s in (timing or Timing.from_json(raw["timing"])).shapes:
+        impls = s.impls
+        entry = {"shape": list(s.shape), "dtype": s.dtype, "method": s.method, "flops": s.flops, "bytes": s.bytes,
+                 "calls_per_sample": s.calls_per_sample, "notes": list(s.notes or ()),
                  label: _summary(impls[label])}
-        cand.append(impls[label]["median_ms"])
+        cand.append(impls[label].median_ms)
         if "incumbent" in impls and label != "incumbent":
             entry["incumbent"] = _summary(impls["incumbent"])
-            inc.append(impls["incumbent"]["median_ms"])
-        if s.get("clone"):
-            entry["clone_gbps"] = s["clone"]["gbps"]
+            inc.append(impls["incumbent"].median_ms)
+        if s.clone:
+            entry["clone_gbps"] = s.clone["gbps"]
         if raw.get("isolation"):  # the boundary around the kernel processes that timed it (`loop.judge.fork`)
             entry["isolation"] = raw["isolation"]
         shapes.append(entry)
@@ -106,6 +117,7 @@ def measure(
     order = [target_backend] + [b for b in backend_names if b != target_backend]
     results: dict[str, BackendResult] = {}
     raw_all: dict[str, dict] = {}
+    timings: dict[str, Timing] = {}
     stop_reason = None
     for name in order:
         backend = backend_registry.get(name)
@@ -123,11 +135,13 @@ def measure(
         raw = run_worker(workdir, job, backend, settings, cache_root / name, name=f"worker-{name}",
                          ahead=ahead if name == target_backend else None, host=host)
         raw_all[name] = raw
-        results[name] = to_backend_result(name, raw, label, workdir, root)
+        if (timing := timing_of(raw)) is not None:
+            timings[name] = timing
+        results[name] = to_backend_result(name, raw, label, workdir, root, timing)
         if name == target_backend and results[name].status != "ok":
             stop_reason = f"target backend {name} failed ({results[name].status})"
     ordered = {name: results[name] for name in backend_names if name in results}
-    return Measurement(ordered, raw_all)
+    return Measurement(ordered, raw_all, timings)
 
 
 def guard_failures(results: dict[str, BackendResult], target_backend: str) -> list[str]:

@@ -26,7 +26,7 @@ from loop import decide as rules
 from loop.common.errors import UserError
 from loop.common.files import atomic_write_text
 from loop.common.messages import Failure, Inflight
-from loop.measure.evaluate import guard_failures
+from loop.measure.evaluate import guard_failures, timing_of
 from loop.measure.launch import JudgeAhead
 from loop.records import gitops
 from loop.records.results import NOT_CHECKED, BackendResult, Record
@@ -200,7 +200,7 @@ def judgement(run: Run, results: dict[str, BackendResult], raw: dict, sources: t
     if target.status == "ok":
         seen = raw[tb].get("correctness", {})
         launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
-        outcome = replace(outcome, timing=raw[tb]["timing"], unmeasurable=unmeasurable,
+        outcome = replace(outcome, timing=timing_of(raw[tb]), unmeasurable=unmeasurable,
                           unexercised=tuple(unexercised(*sources, launched, called)) if launched is not None else ())
     return rules.judged_decision(run.policy, outcome, remeasured,
                                   guard_failures=guard_failures(results, tb) if target.status == "ok" else ())

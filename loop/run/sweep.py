@@ -20,7 +20,7 @@ timed: no value is picked, and the step's own value is evaluated, which the unme
 from __future__ import annotations
 
 from loop import decide
-from loop.common.messages import Inflight
+from loop.common.messages import Inflight, Timing
 from loop.decide import sweep as sweeps
 from loop.records import gitops
 from loop.records.results import BackendResult
@@ -51,9 +51,9 @@ def sweep_stage(run: Run, n: int, cand: Candidate, sweep: Sweep, hypothesis: str
     left, measured = list(sweep.values), 0
     while left and measured < MAX_MEASUREMENTS:
         measured += 1
-        result, raw = measure_values(run, n, measured, incumbent, left)
+        result, timing, raw = measure_values(run, n, measured, incumbent, left)
         if result.status == "ok":
-            found.update({v.key: sweeps.value_result(v.value, v.key, v.label, raw, run.policy) for v in left})
+            found.update({v.key: sweeps.value_result(v.value, v.key, v.label, timing, run.policy) for v in left})
             left = []
             break
         who = sweeps.charged(result.status, raw.get("failed_impl"), raw.get("message") or result.reason,
@@ -79,15 +79,18 @@ def sweep_stage(run: Run, n: int, cand: Candidate, sweep: Sweep, hypothesis: str
     return summary(sweep, results, chosen, measured, why), chosen
 
 
-def measure_values(run: Run, n: int, attempt: int, incumbent: str, values: list[SweepValue]) -> tuple[BackendResult, dict]:
+def measure_values(run: Run, n: int, attempt: int, incumbent: str, values: list[SweepValue]
+                   ) -> tuple[BackendResult, Timing | None, dict]:
     """One judged measurement of the incumbent and `values` on the target backend (the guard
-    backends measure the chosen value in its iteration); every value checked for correctness."""
+    backends measure the chosen value in its iteration); every value checked for correctness.
+    Returns the target backend's result, its judge's timing result (None: nothing was timed) and the
+    judge's result (a failure's `failed_impl` and message)."""
     workdir = run.iter_dir(n) / f"sweep-{attempt}"
     workdir.mkdir(parents=True, exist_ok=True)
     impls = measuring.implementations(run, workdir, {"incumbent": incumbent, **{v.label: v.source for v in values}})
     tb = run.state.target_backend
     m = measuring.judged(run, n, workdir, impls, [v.label for v in values], [tb], lambda what: run.log(f"#{n} sweep {what}"))
-    return m.results[tb], m.raw.get(tb) or {}
+    return m.results[tb], m.timings.get(tb), m.raw.get(tb) or {}
 
 
 def summary(sweep: Sweep, results: list[sweeps.ValueResult], chosen: SweepValue | None, measured: int,
