@@ -1,5 +1,5 @@
 """The TileLang recipes (playbook/tilelang): golden rewrites of the suite's first TileLang versions (the
-matmul and vector_add found by their names, wherever their folder keeps them), each rewrite parsing and
+matmul, vector_add and softmax found by their names, wherever their folder keeps them), each rewrite parsing and
 differing from its source in the one line of its one variable, every value of a sweep likewise; the
 bounds the sweeps keep; the forms a recipe reads besides the first versions' (literals, a missing
 keyword, an existing swizzle or pass config); the TileLang kernel classes and their priority table;
@@ -86,6 +86,9 @@ GOLDEN = {
     ("vector_add", "tilelang-block-size"): [
         ("tilelang-block-size:BLOCK=256", "block", 0, ["-BLOCK = 128", "+BLOCK = 256"], [256, 512, 1024, 2048]),
     ],
+    ("softmax", "tilelang-block-size"): [
+        ("tilelang-block-size:BLOCK=256", "block", 0, ["-BLOCK = 128", "+BLOCK = 256"], [256, 512, 1024, 2048]),
+    ],
 }
 # (op, recipe) -> what its reason for proposing nothing says
 GOLDEN_SKIPS = {
@@ -95,10 +98,17 @@ GOLDEN_SKIPS = {
     ("vector_add", "tilelang-pass-configs"): "vector_add: no T.copy into T.alloc_shared memory for "
                                              "tl.disable_tma_lower to change; no T.Pipelined loop for "
                                              "tl.disable_warp_specialized to change",
+    ("softmax", "tilelang-num-stages"): "softmax: no T.Pipelined loop, nothing to pipeline",
+    ("softmax", "tilelang-threads"): "softmax: threads 128 -> 256 breaks the warp-count rule: a block of 128 "
+                                     "elements leaves some of 256 threads without an element",
+    ("softmax", "tilelang-pass-configs"): "softmax: no T.copy into T.alloc_shared memory for "
+                                          "tl.disable_tma_lower to change; no T.Pipelined loop for "
+                                          "tl.disable_warp_specialized to change",
 }
+OPS = ("matmul", "vector_add", "softmax")
 
 
-@pytest.mark.parametrize("op", ["matmul", "vector_add"])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("recipe_id", RECIPES)
 def test_golden_rewrites_of_the_first_versions(op, recipe_id):
     source = src(op)
@@ -110,7 +120,7 @@ def test_golden_rewrites_of_the_first_versions(op, recipe_id):
         assert why == GOLDEN_SKIPS[(op, recipe_id)]
 
 
-@pytest.mark.parametrize("op", ["matmul", "vector_add"])
+@pytest.mark.parametrize("op", OPS)
 def test_every_rewrite_and_every_swept_value_parses_and_changes_one_line(op):
     source = src(op)
     an = analyze(source)
@@ -310,6 +320,9 @@ def test_tilelang_kernel_classes():
     assert analyze(src("matmul")).reasons() == ["matrix product: calls gemm"]
     assert analyze(src("vector_add")).kernel_class == "element-wise"
     assert analyze(REDUCE).kernel_class == "reduction"
+    assert analyze(src("softmax")).kernel_class == "norm-like"
+    assert analyze(src("softmax")).reasons() == ["no matrix product (T.gemm in any form)",
+                                                 "reduction: calls reduce_max, reduce_sum", "normalisation: calls exp"]
     norm = REDUCE.replace("out[bx] = total[0]", "out[bx] = T.rsqrt(total[0])")
     assert analyze(norm).kernel_class == "norm-like"
     # a T.gemm outside the kernels (host code) does not make a kernel a matrix product
@@ -367,6 +380,19 @@ def test_plan_says_why_each_recipe_does_not_apply_to_vector_add(capsys):
     assert reasons["tilelang-swizzle"].startswith("does not apply to a tilelang element-wise kernel")
 
 
+def test_plan_lists_the_block_size_sweep_for_the_softmax_and_says_why_the_rest_do_not_apply(capsys):
+    out = plan(capsys, "softmax")
+    assert (out["language"], out["kernel_class"]) == ("tilelang", "norm-like")
+    assert [a["id"] for a in out["applicable"]] == ["tilelang-block-size"]
+    assert [(row["recipe"], row["optimization"]) for row in out["plan"]["order"]] == [
+        ("tilelang-block-size", "BLOCK 128 -> 256")]
+    reasons = {n["id"]: n["reason"] for n in out["not_applicable"]}
+    assert set(reasons) == set(RECIPES) - {"tilelang-block-size"}
+    for recipe_id in ("tilelang-num-stages", "tilelang-threads", "tilelang-pass-configs"):
+        assert reasons[recipe_id] == GOLDEN_SKIPS[("softmax", recipe_id)]
+    assert reasons["tilelang-swizzle"].startswith("does not apply to a tilelang norm-like kernel")
+
+
 def test_the_reading_follows_the_compile_call_to_the_module_constants():
     program = read(src("matmul"))
     (kernel,) = program.kernels.values()
@@ -376,14 +402,14 @@ def test_the_reading_follows_the_compile_call_to_the_module_constants():
 
 # ------------------------------------------------------------------------------------ built (slow tier)
 
-FIRST_CANDIDATES = [(op, key) for op in ("matmul", "vector_add") for (o, _), rows in GOLDEN.items() if o == op
+FIRST_CANDIDATES = [(op, key) for op in OPS for (o, _), rows in GOLDEN.items() if o == op
                     for key, *_ in rows]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not tilelang_install.status()["importable"],
                     reason=f"tilelang: {tilelang_install.status()['reason']} (CI installs the extra)")
-@pytest.mark.parametrize("op,key", FIRST_CANDIDATES, ids=[key for _, key in FIRST_CANDIDATES])
+@pytest.mark.parametrize("op,key", FIRST_CANDIDATES, ids=[f"{op}-{key}" for op, key in FIRST_CANDIDATES])
 def test_every_candidate_builds_for_sm_90_and_sm_100(op, key, tmp_path, capsys):
     """`tileloop compile --json` (the compile gate's worker) on each candidate of each first version, with its spec."""
     target = first_version(op)

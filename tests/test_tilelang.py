@@ -16,7 +16,7 @@ from loop.common import kernel_source, tilelang_install
 from loop.common.language import LANGUAGES, detect_language, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST_VERSIONS = [ROOT / "kernels" / op / f"{op}_tilelang.py" for op in ("vector_add", "matmul")]
+FIRST_VERSIONS = [ROOT / "kernels" / op / f"{op}_tilelang.py" for op in ("vector_add", "matmul", "softmax")]
 needs_tilelang = pytest.mark.skipif(not tilelang_install.status()["importable"],
                                     reason=f"tilelang: {tilelang_install.status()['reason']} (CI installs the extra)")
 
@@ -324,3 +324,35 @@ def test_a_kernel_built_without_nvcc_says_its_registers_are_not_reported():
     row, = rows([("scale", object(), []), ("scale", object(), [])], "sm_90a")
     assert row["kernel"] == "scale" and row["target"] == "sm_90a" and row["ir"] == ["cuda"]
     assert "registers and spills not reported" in row["resources"][0]["note"] and row["shared_bytes"] == 0
+
+
+def test_the_memory_bound_first_version_is_read_as_a_tilelang_target():
+    """The softmax first version beside its spec: a TileLang target whose one kernel the entry point
+    compiles and calls; its spec is the op's (read-only) contract."""
+    from loop.target.contract import load_kernel
+
+    target = ROOT / "kernels" / "softmax" / "softmax_tilelang.py"
+    tree = ast.parse(target.read_text())
+    assert detect_language(tree) == "tilelang"
+    assert list(kernel_source.tilelang_kernels(tree)) == ["softmax"]
+    assert [name for _, name in kernel_source.tilelang_launches(tree)] == ["softmax"]
+    assert load_kernel(target, target.parent, names=False).language == "tilelang"
+
+
+@pytest.mark.slow
+@needs_tilelang
+def test_tileloop_check_on_cpu_builds_the_softmax_first_version(tmp_path, capsys):
+    """`tileloop check --device cpu --json` on the softmax first version with its spec: the spec checked on
+    the CPU, the kernel built for sm_90 and sm_100, and the warning that the kernel itself did not run."""
+    import json
+
+    from loop.cli import main
+
+    folder = tmp_path / "softmax"
+    shutil.copytree(ROOT / "kernels" / "softmax", folder, ignore=shutil.ignore_patterns("cuda", "__pycache__"))
+    assert main(["check", str(folder / "softmax_tilelang.py"), "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["language"] == "tilelang" and out["problems"] == [], out
+    assert out["kernels"] == ["softmax"] and out["archs"] == ["sm_90", "sm_100"]
+    assert "TileLang kernels run on a GPU only" in out["warnings"][0]["what"]
+    assert "ahead-of-time build for sm_90, sm_100" in out["warnings"][0]["what"]
