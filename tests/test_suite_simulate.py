@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from loop.suite import simulate
+from loop.suite import simulate, simulate_cmd
 
 
 def test_longest_first_on_numbers_worked_by_hand():
@@ -34,7 +34,7 @@ def test_the_suite_on_1_4_16_64_gpus_with_the_drivers_cost_per_task():
     es = [entry("a", 100, 103, 0.5), entry("b", 100, 103, 0.4), entry("c", 100, 102, 0.6), entry("d", 103, 105, 0.9),
           entry("e", 105, 107, 0.5)]
     sim = simulate.simulate(es)
-    assert sim["driver_s_per_task"] == 0.5 and sim["measured_driver"] and sim["driver"]["tasks"] == 5
+    assert sim["driver_s_per_task"] == 0.5 and sim["driver_from"] == "entries" and sim["driver"]["tasks"] == 5
     rows = {r["gpus"]: r for r in sim["rows"]}
     # 1 GPU: 3.5 + 3.5 + 2.5 * 3 = 14.5
     assert rows[1]["wall_s"] == 14.5 and rows[1]["speedup"] == 1.0
@@ -47,7 +47,7 @@ def test_the_suite_on_1_4_16_64_gpus_with_the_drivers_cost_per_task():
 
 def test_a_driver_slower_than_the_runs_bounds_the_suite():
     es = [entry(t, 0, 1) for t in "abcd"]  # 1 s each, no Ray entry: 0 s per task unless given
-    assert simulate.simulate(es)["rows"][-1]["wall_s"] == 1 and not simulate.simulate(es)["measured_driver"]
+    assert simulate.simulate(es)["rows"][-1]["wall_s"] == 1 and simulate.simulate(es)["driver_from"] == "none"
     sim = simulate.simulate(es, counts=(1, 64), per_task_s=2.0)
     # 64 GPUs: each run 1 + 2 = 3 s at once, but the driver's 4 x 2 = 8 s one after another
     assert sim["rows"][1] == {"gpus": 64, "wall_s": 8.0, "bound_by": "the driver", "speedup": round(12 / 8, 3)}
@@ -64,3 +64,22 @@ def test_each_entry_gives_its_run_time_or_is_left_out():
     assert sim["left_out"] == ["x"] and [t["target"] for t in sim["targets"]] == ["a"]
     page = "\n".join(simulate.markdown(sim))
     assert "Left out (no run time): x." in page and "not measured by these entries" in page
+
+
+def test_a_published_results_list_gives_one_run_time_per_target(tmp_path, capsys):
+    import json
+
+    # a row per target, shape and dtype, each with its target's wall_s: 10 s and 4 s
+    rows = [{"op": "a", "language": "triton", "shape": [1], "dtype": "float16", "wall_s": 10.0},
+            {"op": "a", "language": "triton", "shape": [2], "dtype": "float16", "wall_s": 10.0},
+            {"op": "b", "language": "cutile", "shape": [1], "dtype": "float16", "wall_s": 4.0}]
+    assert simulate.published_runs(rows) == [("a triton", 10.0, "published wall_s"), ("b cutile", 4.0, "published wall_s")]
+    path = tmp_path / "unattended.json"
+    path.write_text(json.dumps(rows))
+    assert simulate_cmd.main([str(path), "--driver-s", "1", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    # 1 GPU: 11 + 5 = 16; 4 GPUs: the longest, 11
+    assert [(r["gpus"], r["wall_s"]) for r in sim["rows"]] == [(1, 16.0), (4, 11.0), (16, 11.0), (64, 11.0)]
+    assert sim["driver_from"] == "given"
+    path.write_text(json.dumps([{"op": "a"}]))
+    assert simulate_cmd.main([str(path)]) == 2 and "not a published results list" in capsys.readouterr().err

@@ -59,8 +59,26 @@ def simulate(entries: list[dict], counts: tuple[int, ...] = GPU_COUNTS, per_task
     are errors left out), the driver's cost per task (`per_task_s`, else the entries' median, else
     0, said so) and one row per count with the wall time, against one GPU, and what bounds it."""
     timed = [(str(e.get("target") or e.get("run")), *run_time(e)) for e in entries if "error" not in e]
-    runs = [(t, s, src) for t, s, src in timed if s is not None]
-    cost = driver_cost(entries)
+    left_out = [t for t, s, _ in timed if s is None] + [str(e.get("target") or e.get("run")) for e in entries if "error" in e]
+    return simulate_runs([(t, s, src) for t, s, src in timed if s is not None], left_out, driver_cost(entries), counts,
+                         per_task_s)
+
+
+def published_runs(rows: list[dict]) -> list[tuple[str, float, str]]:
+    """Each target's run time in a published results list (`suite summarize --unattended-json`: a
+    row per target, shape and dtype, each with its target's `wall_s`): one per op and language."""
+    runs: dict[str, float] = {}
+    for r in rows:
+        if not isinstance(r, dict) or not {"op", "language", "wall_s"} <= set(r):
+            raise ValueError("not a published results list (rows of op, language, wall_s)")
+        if isinstance(r["wall_s"], (int, float)):
+            runs.setdefault(f"{r['op']} {r['language']}", float(r["wall_s"]))
+    return [(t, s, "published wall_s") for t, s in runs.items()]
+
+
+def simulate_runs(runs: list[tuple[str, float, str]], left_out: list[str], cost: dict | None,
+                  counts: tuple[int, ...] = GPU_COUNTS, per_task_s: float | None = None) -> dict:
+    """`simulate` of run times given as (target, seconds, where they come from)."""
     c = per_task_s if per_task_s is not None else (cost["driver_s"] if cost else 0.0)
     durations = [s + c for _, s, _ in runs]
     serial = c * len(runs)  # the driver's work for every run, one after another
@@ -73,10 +91,9 @@ def simulate(entries: list[dict], counts: tuple[int, ...] = GPU_COUNTS, per_task
                  "the longest target" if durations and scheduled == max(durations) and len(runs) > 1 else "the schedule")
         rows.append({"gpus": n, "wall_s": round(wall, 3), "bound_by": bound,
                      "speedup": round(one / wall, 3) if one and wall else None})
-    return {"targets": [{"target": t, "run_s": round(s, 3), "from": src} for t, s, src in runs],
-            "left_out": [t for t, s, _ in timed if s is None] + [str(e.get("target") or e.get("run"))
-                                                                  for e in entries if "error" in e],
-            "driver_s_per_task": round(c, 4), "driver": cost, "measured_driver": per_task_s is None and cost is not None,
+    return {"targets": [{"target": t, "run_s": round(s, 3), "from": src} for t, s, src in runs], "left_out": left_out,
+            "driver_s_per_task": round(c, 4), "driver": cost,
+            "driver_from": "given" if per_task_s is not None else "entries" if cost else "none",
             "rows": rows}
 
 
@@ -88,9 +105,9 @@ def markdown(sim: dict) -> list[str]:
     said = (f"{sim['driver_s_per_task']:.3f} s per task, the median over this suite's {cost['tasks']} Ray entries "
             f"(sent {cost['sent_bytes'] / 1024:.0f} KiB, {cost['checkpoints']:.0f} checkpoints, "
             f"{cost['checkpoint_bytes'] / 1024:.0f} KiB in all, returned {cost['returned_bytes'] / 1024:.0f} KiB; fetch "
-            f"{cost['fetch_s']:.3f} s, take-in {cost['take_s']:.3f} s)" if sim["measured_driver"] else
-            f"{sim['driver_s_per_task']:.3f} s per task (not measured by these entries: none ran through Ray)"
-            if not cost else f"{sim['driver_s_per_task']:.3f} s per task, as given")
+            f"{cost['fetch_s']:.3f} s, take-in {cost['take_s']:.3f} s)" if sim["driver_from"] == "entries" else
+            f"{sim['driver_s_per_task']:.3f} s per task, as given (measured elsewhere)" if sim["driver_from"] == "given" else
+            f"{sim['driver_s_per_task']:.3f} s per task (not measured by these entries: none ran through Ray)")
     table = [{"GPUs": str(r["gpus"]), "simulated wall s": f"{r['wall_s']:.0f}",
               "vs 1 GPU": f"{r['speedup']:.2f}x" if r["speedup"] else "", "bound by": r["bound_by"]} for r in sim["rows"]]
     lines = ["## Simulated wall time on more GPUs", "",
@@ -101,3 +118,4 @@ def markdown(sim: dict) -> list[str]:
     if sim["left_out"]:
         lines += [f"Left out (no run time): {', '.join(sim['left_out'])}.", ""]
     return lines
+
