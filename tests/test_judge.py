@@ -188,11 +188,12 @@ class _Audits:
 def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs():
     """`report --measure`: PyTorch eager at 0.51 ms once made every implementation eager (host noise
     of 0.92x and 1.41x for one code); the implementations under study choose the method."""
+    from loop.common.messages import JudgeJob
     from loop.common.timing import GRAPH_BELOW_MS, TimingPlan
     from loop.judge.bench import Bench
 
     kernels = {"best": _Captures(), "torch_eager": _Captures("torch_eager: captured at the second try (x)")}
-    job = {"device": "cuda", "check": ["best"], "torch_providers": ["torch_eager"]}
+    job = JudgeJob("spec.py", ".", "cuda", None, (), ("best",), torch_providers=("torch_eager",))
     bench = Bench(None, None, None, kernels, job, None)
     prepared = {"best": {"call_ms": 0.05}, "torch_eager": {"call_ms": GRAPH_BELOW_MS * 1.02}}
     auditor = _Audits()

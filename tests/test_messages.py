@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import typing
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 from cli_schema import resolve
 
 from loop.common import messages
-from loop.common.messages import (Change, Corroboration, Decision, Failure, ImplTiming, Inflight, Recheck, ShapeTiming, Stop,
-                                  Timing)
+from loop.common.messages import (Change, Corroboration, Decision, Failure, ImplTiming, Inflight, JobImpl, JudgeJob, Recheck,
+                                  ShapeTiming, Stop, Timing)
 from loop.records.results import Record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,6 +148,44 @@ def test_an_external_harness_timing_and_a_refused_one_read_and_write_back():
     assert ShapeTiming.from_json(made.to_json()) == made
     with pytest.raises(ValueError, match="ShapeTiming without impls"):
         ShapeTiming.from_json({"shape": [8]})
+
+
+# ------------------------------------------------------------------------------------ the judge's job
+
+# jobs as the orchestrator writes them: an iteration's (`loop.measure.evaluate`), compare's, the report's final
+# measurement, decision-check's with the shapes and dtype asked for, a replayed failure's
+JOBS = [
+    {"spec": "k/spec.py", "target_dir": "k", "target": "k/t.py", "device": "cpu", "backend": "interpreter",
+     "impls": [{"label": "incumbent", "path": "w/t__incumbent.py"}, {"label": "candidate", "path": "w/t__candidate.py"}],
+     "check": ["candidate"], "seed": 338886905, "bench": True, "timing": {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}},
+    {"spec": "k/spec.py", "target_dir": "k", "device": "cuda", "backend": "ptx", "impls": [{"label": "mine", "path": "m.py"}],
+     "torch_providers": ["torch_eager"], "check": ["mine"], "seed": 1234, "bench": True, "check_benchmark_shapes": False,
+     "references": True},
+    {"spec": "k/spec.py", "target_dir": "k", "target": None, "device": "cuda", "backend": "ptx", "impls": [],
+     "check": ["candidate"], "seed": 7, "bench": True, "timing": {}, "bench_shapes": [[256, 64]], "bench_dtype": "float16",
+     "method": "eager", "drawn": False, "draws": [{"shape": [3]}], "dtypes": ["float32"], "correctness_shapes": [[8]]},
+]
+
+
+@pytest.mark.parametrize("written", JOBS, ids=("iteration", "compare", "asked"))
+def test_a_judges_job_reads_and_writes_back_the_file_the_orchestrator_wrote(written):
+    job = JudgeJob.from_json(written)
+    assert json.dumps(job.to_json(), indent=1) == json.dumps(written, indent=1)
+    assert job.labels() == [i["label"] for i in written["impls"]] and job.check == tuple(written["check"])
+
+
+def test_a_job_made_by_the_orchestrator_is_the_dict_it_wrote_before_and_a_bad_one_is_refused():
+    written = JOBS[0]
+    made = JudgeJob("k/spec.py", "k", "cpu", "interpreter", (JobImpl("incumbent", "w/t__incumbent.py"),
+                    JobImpl("candidate", "w/t__candidate.py")), ("candidate",), 338886905, "k/t.py", timing=written["timing"])
+    assert json.dumps(made.to_json(), indent=1) == json.dumps(written, indent=1)
+    assert made == JudgeJob.from_json(written)
+    asked = replace(made, method="graph", bench_shapes=((256,),), timing={})
+    assert list(asked.to_json())[-2:] == ["bench_shapes", "method"] and asked.to_json()["bench_shapes"] == [[256]]
+    job = JudgeJob.from_json(JOBS[1])  # what a job leaves out reads as the judge's default
+    assert (job.bench, job.drawn, job.clone_bandwidth, job.timing, job.draws, job.target) == (True, True, True, {}, None, None)
+    with pytest.raises(ValueError, match="JudgeJob without spec"):
+        JudgeJob.from_json({k: v for k, v in written.items() if k != "spec"})
 
 
 # ------------------------------------------------------------------------------ the schemas agree with them

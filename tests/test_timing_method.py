@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from loop.common import timing
+from loop.common.messages import JudgeJob
 from loop.judge.bench import GRAPH_SAMPLE_LIMIT, choose_method
 
 PAIR = ("incumbent", "candidate")
@@ -105,7 +106,7 @@ def bench_method(inc_ms: float, cand_ms: float, method: str | None = None, captu
     from loop.judge.bench import Bench
 
     kernels = {"incumbent": Process(captures), "candidate": Process(captures)}
-    job = {"device": "cuda", "check": ["candidate"], **({"method": method} if method else {})}
+    job = JudgeJob("spec.py", ".", "cuda", None, (), ("candidate",), method=method)
     bench = Bench(None, None, None, kernels, job, PAIR)
     prepared = {"incumbent": {"call_ms": inc_ms}, "candidate": {"call_ms": cand_ms}}
     return bench.method(prepared, 4, 8, timing.TimingPlan(), Audits()), kernels

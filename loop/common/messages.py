@@ -347,3 +347,89 @@ class Timing:
     @classmethod
     def from_json(cls, d: dict) -> "Timing":
         return _read(cls, d, shapes=lambda ss: tuple(ShapeTiming.from_json(s) for s in ss))
+
+
+# ------------------------------------------------------------------------------------ the judge's job
+#
+# What the orchestrator asks one judge for (`loop.measure.evaluate`, `compare`, the report's final
+# measurement, decision-check), written as a job file and read by the judge (`loop.judge.entry`).
+
+
+@dataclass(frozen=True)
+class JobImpl:
+    """One implementation the judge loads: its label (incumbent, candidate, baseline, sweep-<value>, ...)
+    and the file that holds it."""
+
+    label: str
+    path: str
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "path": self.path}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "JobImpl":
+        return cls(d["label"], d["path"])
+
+
+def _job_impls(impls: list) -> tuple[JobImpl, ...]:
+    return tuple(JobImpl.from_json(i) for i in impls)
+
+
+@dataclass(frozen=True)
+class JudgeJob:
+    """One judged measurement as the orchestrator asks for it: the spec and the target's folder (and the
+    target, which the spec must not import), the device and backend, the implementations, the labels
+    whose correctness is checked, the seed, whether to time them (`bench`) and the timing plan's
+    settings; optionally PyTorch's own baselines (`torch_providers`), the spec's references, whether the
+    judge draws shapes of its own (`drawn`) or replays recorded draws (`draws`), the dtypes and
+    correctness shapes (default: the spec's), the full benchmark shapes checked too, the benchmark dtype
+    and shapes, the timing method asked for (graph | eager) and whether the copy bandwidth is timed
+    beside (on a GPU). A job read from a file is written back key for key; one made here writes the keys
+    every job has, then those it sets to other than their default."""
+
+    spec: str
+    target_dir: str
+    device: str
+    backend: str | None
+    impls: tuple[JobImpl, ...]
+    check: tuple[str, ...] = ()
+    seed: int = 0
+    target: str | None = None
+    bench: bool = True
+    timing: dict = field(default_factory=dict)  # the timing plan's settings (`loop.common.timing.TimingPlan`)
+    torch_providers: tuple[str, ...] = ()
+    references: bool = False
+    drawn: bool = True
+    draws: list | None = None
+    dtypes: tuple[str, ...] | None = None
+    correctness_shapes: tuple | None = None
+    check_benchmark_shapes: bool = False
+    bench_dtype: str | None = None
+    bench_shapes: tuple | None = None
+    method: str | None = None
+    clone_bandwidth: bool = True
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    # written by `loop.measure.evaluate` whatever their value (the target may be None)
+    WRITTEN = ("spec", "target_dir", "target", "device", "backend", "impls", "check", "seed", "bench", "timing")
+
+    def labels(self) -> list[str]:
+        """Every implementation's label, in the job's order."""
+        return [i.label for i in self.impls]
+
+    def to_json(self) -> dict:
+        convert = dict(impls=lambda xs: [i.to_json() for i in xs], check=list, torch_providers=list, dtypes=list,
+                       correctness_shapes=lambda ss: [list(s) for s in ss], bench_shapes=lambda ss: [list(s) for s in ss])
+        if not self.keys:  # made here: the keys the orchestrator always writes, then those not at their default
+            named = [f for f in fields(self) if f.name not in ("extra", "keys")]
+            asked = [f.name for f in named if f.name not in self.WRITTEN
+                     and getattr(self, f.name) != (f.default if f.default is not MISSING else f.default_factory())]
+            return _write(replace(self, keys=self.WRITTEN + tuple(asked) + tuple(self.extra)), **convert)
+        return _write(self, **convert)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "JudgeJob":
+        shapes = lambda ss: tuple(tuple(s) for s in ss)  # noqa: E731
+        return _read(cls, d, impls=_job_impls, check=tuple, torch_providers=tuple, dtypes=tuple,
+                     correctness_shapes=shapes, bench_shapes=shapes)

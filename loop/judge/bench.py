@@ -14,6 +14,7 @@ from loop.common import arena as shared
 from loop.common import timing
 from loop.common.harness import Harness
 from loop.common.jobs import TIMING_METHODS, seed_for
+from loop.common.messages import JudgeJob
 from loop.common.outputs import as_outputs
 from loop.judge import audit, corroborate
 from loop.judge.audit import Auditor
@@ -25,18 +26,18 @@ class Bench:
     """The timed shapes of one judged measurement: one kernel process per implementation, their
     samples interleaved by the judge (ABBA per round), every request also timed on its clock."""
 
-    def __init__(self, torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict,
+    def __init__(self, torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: JudgeJob,
                  pair: tuple[str, str] | None):
         self.torch, self.harness, self.bridge, self.kernels, self.job = torch, harness, bridge, kernels, job
         self.labels, self.pair = list(kernels), pair
-        self.targets = {i["label"] for i in job.get("impls") or ()}  # their timed calls must launch their kernels
+        self.targets = set(job.labels())  # their timed calls must launch their kernels
 
     def ask(self, label: str, message: dict) -> dict:
         return self.kernels[label].request(message, label)
 
     def shape(self, shape: tuple, dtype: str, plan: timing.TimingPlan) -> dict:
-        torch, harness, device = self.torch, self.harness, self.job["device"]
-        base_seed = seed_for(self.job["seed"], "bench", shape, dtype)
+        torch, harness, device = self.torch, self.harness, self.job.device
+        base_seed = seed_for(self.job.seed, "bench", shape, dtype)
         started = time.perf_counter()
         first = harness.make_inputs(shape, dtype, base_seed)
         making = time.perf_counter() - started  # seconds of make_inputs so far
@@ -78,11 +79,11 @@ class Bench:
         entry = {"shape": list(shape), "dtype": dtype, "method": method, "calls_per_sample": calls,
                  "notes": notes + more, "impls": impls, "recheck": recheck, "corroboration": corroboration,
                  "flops": flops, "bytes": nbytes}
-        if device == "cuda" and self.job.get("clone_bandwidth", True):
+        if device == "cuda" and self.job.clone_bandwidth:
             # in the judge's own process, by the shape's method (the clone's own method is in the result)
             entry["clone"] = timing.clone_bandwidth(torch, self.harness.clock, nbytes, plan, method)
             timing.add_clone_fractions(entry)
-            checked = {lab: impls[lab].get("gbps") for lab in self.job.get("check") or () if lab in impls}
+            checked = {lab: impls[lab].get("gbps") for lab in self.job.check if lab in impls}
             why = corroborate.beyond_copy(checked, (entry["clone"] or {}).get("gbps")) if corroboration["ok"] else None
             if why:
                 entry["corroboration"] = {**corroboration, "ok": False, "reason": why}
@@ -93,14 +94,14 @@ class Bench:
         """How every implementation is timed at this shape: the same way for all (CUDA graphs of the
         same number of calls, one per input set, when `choose_method` says so and every capture works;
         else eagerly over `nsets` sets). The notes say why (`choose_method`'s reason first)."""
-        if self.job["device"] != "cuda":
+        if self.job.device != "cuda":
             auditor.timed_as("interpreter_wallclock", 1, 1, None)
             return "interpreter_wallclock", 1, []
         # the implementations under study decide; PyTorch's own baselines (`report --measure`, `compare`)
         # are timed the same way, and a slow eager one does not push everything off CUDA graphs
-        deciding = [lab for lab in self.labels if lab not in set(self.job.get("torch_providers") or ())] or self.labels
+        deciding = [lab for lab in self.labels if lab not in set(self.job.torch_providers)] or self.labels
         calls_ms = {lab: time_of(prepared[lab], "call_ms", lab) for lab in self.labels}
-        choice = choose_method(calls_ms, deciding, self.pair, plan.use_graphs, nsets, most, self.job.get("method"))
+        choice = choose_method(calls_ms, deciding, self.pair, plan.use_graphs, nsets, most, self.job.method)
         notes = [choice.why]
         if choice.graphs:
             calls = choice.calls

@@ -6,6 +6,7 @@ from __future__ import annotations
 from loop.common import arena as shared
 from loop.common.harness import Harness
 from loop.common.jobs import seed_for
+from loop.common.messages import JudgeJob
 from loop.judge.bridge import Bridge
 from loop.judge.kernel_process import KernelProcess
 
@@ -29,20 +30,20 @@ def remote_call(bridge: Bridge, kernel: KernelProcess, label: str):
     return call
 
 
-def check_all(harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, dtypes: list[str],
+def check_all(harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: JudgeJob, dtypes: list[str],
               shapes: list[tuple]) -> tuple[list[dict], dict, dict, dict | None]:
-    """Every label of `job["check"]` at every dtype and shape, launches recorded per label.
+    """Every label of `job.check` at every dtype and shape, launches recorded per label.
     Returns (the checks, launched, called, the first failing check or None)."""
     checks: list[dict] = []
     launched: dict[str, list[str]] = {}
     called: dict[str, list[str]] = {}
-    for label in job["check"]:
+    for label in job.check:
         bridge.label, kernel = label, kernels[label]
         call = remote_call(bridge, kernel, label)
         kernel.request({"op": "record", "label": label, "on": True}, label)
         for dtype in dtypes:
             for shape in shapes:
-                rec = harness.check_with(call, label, shape, dtype, seed_for(job["seed"], label, tuple(shape), dtype))
+                rec = harness.check_with(call, label, shape, dtype, seed_for(job.seed, label, tuple(shape), dtype))
                 checks.append(rec)
                 if not rec["ok"]:
                     return checks, launched, called, rec

@@ -18,7 +18,7 @@ large logits). So each measurement the judge also draws, from the system's rando
 Every implementation the job names is checked on the same draws (the incumbent first: an
 incumbent that fails one is named, `failed_impl: incumbent`). A shape the spec's `make_inputs` or
 reference cannot take is skipped with a note, charged to no one. The draws (seed, shape, dtype,
-transform) are in the judge's result, so a failure can be replayed (`job["draws"]`)."""
+transform) are in the judge's result, so a failure can be replayed (the job's `draws`)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from loop.common.harness import Harness, KernelCall
 from loop.common.jobs import shape_text
+from loop.common.messages import JudgeJob
 from loop.common.outputs import as_outputs, check_inputs_unchanged, compare_outputs
 from loop.common.spec import Spec, transforms_of
 from loop.judge.bridge import Bridge
@@ -346,16 +347,16 @@ def check_drawn(harness: Harness, calls: dict[str, KernelCall], draws: list[Draw
     return entries, None
 
 
-def judge_draws(harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, dtypes: list[str],
+def judge_draws(harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: JudgeJob, dtypes: list[str],
                 checked: list[tuple]) -> tuple[dict, dict | None]:
     """The drawn checks of a measurement: every implementation of the job (the incumbent first) on
     draws of its own (or the job's `draws`, replayed). Returns (the record, the first failure)."""
-    impls = [i["label"] for i in job["impls"] if i["label"] in kernels]
+    impls = [label for label in job.labels() if label in kernels]
     labels = sorted(impls, key=lambda label: label != "incumbent")
-    if job.get("draws") is not None:
-        draws, record = replayed(job["draws"]), {"notes": ["replayed"], "bounds": {}}
+    if job.draws is not None:
+        draws, record = replayed(job.draws), {"notes": ["replayed"], "bounds": {}}
     else:
-        draws, record = plan(harness.spec, job["device"], dtypes, checked, [i["path"] for i in job["impls"]])
+        draws, record = plan(harness.spec, job.device, dtypes, checked, [i.path for i in job.impls])
     def call(label: str) -> KernelCall:
         remote = remote_call(bridge, kernels[label], label)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from loop.common.errors import SpecError
 from loop.common.files import atomic_write_text
 from loop.common.jobs import RESULT_SCHEMA
+from loop.common.messages import JudgeJob
 from loop.common.processes import watch_parent
 
 
@@ -53,15 +54,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         phases.mark("job")
         args.job = Path(path)
-    job = json.loads(args.job.read_text())
+    job = None
     try:
+        job = JudgeJob.from_json(json.loads(args.job.read_text()))
         payload = judge_job(job, workdir, name, pool, phases)
     except SpecError as exc:
         payload = {"status": "spec_error", "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - tileloop's own failure: typed, with its traceback, never the candidate's
         payload = {"status": "harness_error", "message": f"{type(exc).__name__}: {exc}",
                    "detail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]}
-    payload.update(schema=RESULT_SCHEMA, backend=job.get("backend"), wall_s=round(time.time() - started, 3),
+    payload.update(schema=RESULT_SCHEMA, backend=job.backend if job is not None else None,
+                   wall_s=round(time.time() - started, 3),
                    judge_started="forked by the run's judge host" if args.hosted else "a new process")
     text = json.dumps(payload, indent=1, default=str)
     atomic_write_text(args.result, text)

@@ -11,24 +11,25 @@ from pathlib import Path
 from loop.common.errors import SpecError
 from loop.common.harness import Harness
 from loop.common.jobs import seed_for
+from loop.common.messages import JudgeJob
 from loop.judge.checks import remote_call
 from loop.judge.kernel_process import KernelFailure, KernelProcess
 
 
-def start(spec, job: dict, workdir: Path, name: str, taken: set[str]) -> dict[str, KernelProcess]:
+def start(spec, job: JudgeJob, workdir: Path, name: str, taken: set[str]) -> dict[str, KernelProcess]:
     """One kernel process per reference, its module imported there; the report of each."""
     clash = sorted(set(spec.references) & taken)
     if clash:
         raise SpecError(f"REFERENCES: {clash[0]!r} is already the name of an implementation here; rename it")
-    return {ref: KernelProcess(workdir, f"{name}-{ref}", warm=job["device"]) for ref in spec.references}
+    return {ref: KernelProcess(workdir, f"{name}-{ref}", warm=job.device) for ref in spec.references}
 
 
-def load(kernels: dict[str, KernelProcess], job: dict) -> dict[str, dict]:
+def load(kernels: dict[str, KernelProcess], job: JudgeJob) -> dict[str, dict]:
     report = {}
     for ref, kernel in kernels.items():
         try:
-            answer = kernel.request({"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
-                                     "device": job["device"], "backend": job["backend"], "impls": [],
+            answer = kernel.request({"op": "load", "spec": job.spec, "target_dir": job.target_dir,
+                                     "device": job.device, "backend": job.backend, "impls": [],
                                      "torch_providers": [], "reference": ref}, ref)
         except KernelFailure as failure:
             report[ref] = {"source": ref, "status": "unavailable", "reason": failure.message[:500]}
@@ -38,7 +39,7 @@ def load(kernels: dict[str, KernelProcess], job: dict) -> dict[str, dict]:
     return report
 
 
-def check(harness: Harness, bridge, kernels: dict[str, KernelProcess], job: dict, dtypes: list[str], shapes,
+def check(harness: Harness, bridge, kernels: dict[str, KernelProcess], job: JudgeJob, dtypes: list[str], shapes,
           report: dict[str, dict]) -> None:
     """Every available reference at every dtype and shape; a failure is its report, not the job's."""
     for ref, entry in report.items():
@@ -50,7 +51,7 @@ def check(harness: Harness, bridge, kernels: dict[str, KernelProcess], job: dict
         try:
             for dtype in dtypes:
                 for shape in shapes:
-                    rec = harness.check_with(call, ref, shape, dtype, seed_for(job["seed"], ref, tuple(shape), dtype))
+                    rec = harness.check_with(call, ref, shape, dtype, seed_for(job.seed, ref, tuple(shape), dtype))
                     checks += 1
                     if not rec["ok"]:
                         raise KernelFailure("incorrect", ref, f"{tuple(shape)} {dtype}: {rec['reason']}")

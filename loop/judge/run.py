@@ -25,7 +25,7 @@ from pathlib import Path
 from loop.common import timing
 from loop.common.errors import SpecError
 from loop.common.harness import Harness
-from loop.common.messages import Timing
+from loop.common.messages import JudgeJob, Timing
 from loop.common.spec import Spec
 from loop.judge import fork, references
 from loop.judge.bench import Bench
@@ -35,37 +35,37 @@ from loop.judge.drawn import judge_draws
 from loop.judge.kernel_process import KernelFailure, KernelProcess, KernelSideError, Pool, ask_all
 
 
-def judge_job(job: dict, workdir: Path, name: str, pool: Pool | None = None, phases: Phases | None = None) -> dict:
-    spec_source = Path(job["spec"]).read_bytes()  # read before any kernel code runs: what the judge executes
-    impls = {i["label"]: {"impls": [i], "torch_providers": []} for i in job["impls"]}
-    impls.update({p: {"impls": [], "torch_providers": [p]} for p in job.get("torch_providers", [])})
+def judge_job(job: JudgeJob, workdir: Path, name: str, pool: Pool | None = None, phases: Phases | None = None) -> dict:
+    spec_source = Path(job.spec).read_bytes()  # read before any kernel code runs: what the judge executes
+    impls = {i.label: {"impls": [i.to_json()], "torch_providers": []} for i in job.impls}
+    impls.update({p: {"impls": [], "torch_providers": [p]} for p in job.torch_providers})
     # one kernel process per implementation, all started first (they import torch and compile while
     # the judge reads the spec): a candidate's code never shares a process with what it is timed against
     phases = phases or Phases()
     pool = pool or Pool(workdir, name, 0, None)
-    kernels = {label: pool.take(label, job["device"]) for label in impls}
+    kernels = {label: pool.take(label, job.device) for label in impls}
     pool.close()
     isolation: dict = {}  # read once the kernel processes' pids are known (a zygote's: once it is ready)
     everyone = dict(kernels)  # to end, whatever leaves `kernels` on the way
     bridge, report = None, None
     try:
-        torch = warm(job["device"])
+        torch = warm(job.device)
         phases.mark("judge_cuda")
         spec = load_spec(torch, job, spec_source)
         phases.mark("judge_ready")
         isolation = fork.isolation([k.proc.pid for k in kernels.values()])
-        loaded = ask_all(kernels, {label: {"op": "load", "spec": job["spec"], "target_dir": job["target_dir"],
-                                           "device": job["device"], "backend": job["backend"], **what}
+        loaded = ask_all(kernels, {label: {"op": "load", "spec": job.spec, "target_dir": job.target_dir,
+                                           "device": job.device, "backend": job.backend, **what}
                                    for label, what in impls.items()})
         for label, answer in loaded.items():
             phases.kernel(label, answer.get("marks"))
-        if job.get("references"):  # the spec's named public kernels, each in a process of its own
+        if job.references:  # the spec's named public kernels, each in a process of its own
             refs = references.start(spec, job, workdir, name, set(kernels))
             everyone.update(refs)
             report = references.load(refs, job)
             kernels.update({ref: k for ref, k in refs.items() if report[ref]["status"] == "ok"})
         phases.mark("kernels_loaded")
-        bridge = Bridge(torch, kernels, job["device"])
+        bridge = Bridge(torch, kernels, job.device)
         return {**measure(torch, spec, bridge, kernels, job, phases, report), "phases_s": phases.spans,
                 "isolation": isolation}
     except KernelFailure as failure:
@@ -93,19 +93,19 @@ def warm(device: str | None):
     return torch
 
 
-def load_spec(torch, job: dict, source: bytes) -> Spec:
+def load_spec(torch, job: JudgeJob, source: bytes) -> Spec:
     """The spec, executed by the judge from the bytes it read before any kernel process started (a
     kernel process cannot rewrite the file in between); a spec that imports the target (or a copy of
     an implementation) would put candidate code in the judge's process, and is refused."""
-    sys.path.insert(0, job["target_dir"])
+    sys.path.insert(0, job.target_dir)
     module = types.ModuleType("tileloop_judge_spec")
-    module.__file__ = job["spec"]
+    module.__file__ = job.spec
     sys.modules[module.__name__] = module
-    exec(compile(source, job["spec"], "exec"), module.__dict__)  # noqa: S102 - the user's spec, as load_module would
+    exec(compile(source, job.spec, "exec"), module.__dict__)  # noqa: S102 - the user's spec, as load_module would
     spec = Spec(torch, module)
-    forbidden = {Path(i["path"]).resolve() for i in job["impls"]}
-    if job.get("target"):
-        forbidden.add(Path(job["target"]).resolve())
+    forbidden = {Path(i.path).resolve() for i in job.impls}
+    if job.target:
+        forbidden.add(Path(job.target).resolve())
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if path and Path(path).resolve() in forbidden:
@@ -133,18 +133,18 @@ class Phases:
                     self.spans[f"{label}.{step}"] = round(float(at) - self.started, 3)
 
 
-def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict, phases: Phases,
+def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess], job: JudgeJob, phases: Phases,
             report: dict | None) -> dict:
-    device = job["device"]
+    device = job.device
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("the judge was asked for cuda but no CUDA device is visible")
     harness = Harness(torch, spec, device, timing._Clock(torch) if device == "cuda" else None)
-    dtypes, skipped = list(job.get("dtypes") or spec.dtypes), []
+    dtypes, skipped = list(job.dtypes or spec.dtypes), []
     if device == "cpu" and "bfloat16" in dtypes:
         dtypes.remove("bfloat16")
         skipped.append("bfloat16: the Triton interpreter does not support bf16")
-    shapes = [tuple(s) for s in job.get("correctness_shapes") or spec.correctness_shapes]
-    if job.get("check_benchmark_shapes"):  # `compare --full-check`: every dtype at the full benchmark shapes too
+    shapes = [tuple(s) for s in job.correctness_shapes or spec.correctness_shapes]
+    if job.check_benchmark_shapes:  # `compare --full-check`: every dtype at the full benchmark shapes too
         shapes += [s for s in spec.benchmark_shapes if s not in shapes]
     checks, launched, called, failed = check_all(harness, bridge, kernels, job, dtypes, shapes)
     phases.mark("checked")
@@ -152,7 +152,7 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
     if failed is not None:
         return {"status": "incorrect", "failed_impl": failed["label"], "message": failed["reason"], "correctness": correctness}
     result: dict = {"status": "ok", "correctness": correctness}
-    if job.get("drawn", True):  # shapes and magnitudes the judge draws: every implementation on the same draws
+    if job.drawn:  # shapes and magnitudes the judge draws: every implementation on the same draws
         result["drawn"], failed = judge_draws(harness, bridge, kernels, job, dtypes, shapes)
         phases.mark("drawn")
         if failed is not None:
@@ -163,7 +163,7 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
         for ref in [r for r, entry in report.items() if entry["status"] != "ok" and r in kernels]:
             kernels.pop(ref).close()
         result["references"] = report
-    if job.get("bench", True):
+    if job.bench:
         result["timing"] = timed(torch, harness, bridge, kernels, job, dtypes)
         phases.mark("timed")
         if report is not None:
@@ -175,24 +175,24 @@ def measure(torch, spec: Spec, bridge: Bridge, kernels: dict[str, KernelProcess]
     return result
 
 
-def _proof(kernels: dict[str, KernelProcess], job: dict) -> dict | None:
+def _proof(kernels: dict[str, KernelProcess], job: JudgeJob) -> dict | None:
     """Which backend compiled the kernels, from the process of the implementation checked (or the last)."""
-    label = job["check"][0] if job.get("check") and job["check"][0] in kernels else list(kernels)[-1]
+    label = job.check[0] if job.check and job.check[0] in kernels else list(kernels)[-1]
     return kernels[label].request({"op": "proof"}, label).get("proof")
 
 
-def timed(torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: dict,
+def timed(torch, harness: Harness, bridge: Bridge, kernels: dict[str, KernelProcess], job: JudgeJob,
           dtypes: list[str]) -> dict:
-    spec, device = harness.spec, job["device"]
-    dtype = job.get("bench_dtype") or dtypes[0]
-    shapes = job.get("bench_shapes") or (spec.interpreter_shapes if device == "cpu" else spec.benchmark_shapes)
+    spec, device = harness.spec, job.device
+    dtype = job.bench_dtype or dtypes[0]
+    shapes = job.bench_shapes or (spec.interpreter_shapes if device == "cpu" else spec.benchmark_shapes)
     pair = ("incumbent", "candidate") if {"incumbent", "candidate"} <= set(kernels) else None
     bench = Bench(torch, harness, bridge, kernels, job, pair)
-    plan = timing.TimingPlan(**job.get("timing", {}))
+    plan = timing.TimingPlan(**job.timing)
     return {"dtype": dtype, "device": device, "shapes": [bench.shape(tuple(s), dtype, plan) for s in shapes]}
 
 
-def _first_bad(timing_result: Timing, job: dict) -> dict | None:
+def _first_bad(timing_result: Timing, job: JudgeJob) -> dict | None:
     """The timed run's first refusal: an output it wrote wrong, or a timing the judge's clock does not
     bear out."""
     for s in timing_result.shapes:
@@ -204,7 +204,7 @@ def _first_bad(timing_result: Timing, job: dict) -> dict | None:
         corr = s.corroboration
         if corr is not None and not corr.ok:  # charged to the implementation whose timing was refused, the incumbent's to the incumbent
             named = [lab for lab in s.impls if str(corr.reason).startswith(f"{lab}:")]  # beyond_copy's
-            charged = corr.label or (named[0] if named else job["check"][0] if job.get("check") else "candidate")
+            charged = corr.label or (named[0] if named else job.check[0] if job.check else "candidate")
             return {"status": "uncorroborated", "failed_impl": charged,
                     "message": f"timing refused at {list(s.shape)}: {corr.reason}"}
     return None

@@ -14,7 +14,7 @@ from pathlib import Path
 from loop import backends as backend_registry
 from loop.common.errors import HarnessFailure
 from loop.common.jobs import seed_for
-from loop.common.messages import ImplTiming, Timing
+from loop.common.messages import ImplTiming, JobImpl, JudgeJob, Timing
 from loop.common.settings import Settings
 from loop.common.stats import geomean
 from loop.measure.host import JudgeHost
@@ -126,13 +126,9 @@ def measure(
             continue
         if on_stage:
             on_stage(f"measure {name}")
-        job = {
-            "spec": str(spec_path), "target_dir": str(target_dir), "target": str(target) if target else None,
-            "device": device, "backend": name,
-            "impls": [{"label": k, "path": str(v)} for k, v in impls.items()], "check": check,
-            "seed": seed_for(seed, name), "bench": True, "timing": timing or {},
-        }
-        raw = run_worker(workdir, job, backend, settings, cache_root / name, name=f"worker-{name}",
+        job = JudgeJob(str(spec_path), str(target_dir), device, name, tuple(JobImpl(k, str(v)) for k, v in impls.items()),
+                       tuple(check), seed_for(seed, name), str(target) if target else None, timing=timing or {})
+        raw = run_worker(workdir, job.to_json(), backend, settings, cache_root / name, name=f"worker-{name}",
                          ahead=ahead if name == target_backend else None, host=host)
         raw_all[name] = raw
         if (timing := timing_of(raw)) is not None:
