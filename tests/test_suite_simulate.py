@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from loop.suite import simulate, simulate_cmd
+from loop.cli import main
+from loop.suite import simulate
 
 
 def test_longest_first_on_numbers_worked_by_hand():
@@ -76,10 +77,10 @@ def test_a_published_results_list_gives_one_run_time_per_target(tmp_path, capsys
     assert simulate.published_runs(rows) == [("a triton", 10.0, "published wall_s"), ("b cutile", 4.0, "published wall_s")]
     path = tmp_path / "unattended.json"
     path.write_text(json.dumps(rows))
-    assert simulate_cmd.main([str(path), "--driver-s", "1", "--json"]) == 0
-    sim = json.loads(capsys.readouterr().out)
+    assert main(["suite", "simulate", str(path), "--driver-s", "1", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)["simulation"]
     # 1 GPU: 11 + 5 = 16; 4 GPUs: the longest, 11
     assert [(r["gpus"], r["wall_s"]) for r in sim["rows"]] == [(1, 16.0), (4, 11.0), (16, 11.0), (64, 11.0)]
     assert sim["driver_from"] == "given"
     path.write_text(json.dumps([{"op": "a"}]))
-    assert simulate_cmd.main([str(path)]) == 2 and "not a published results list" in capsys.readouterr().err
+    assert main(["suite", "simulate", str(path)]) == 2 and "not a published results list" in capsys.readouterr().err

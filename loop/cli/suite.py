@@ -1,8 +1,10 @@
-"""`tileloop suite run | summarize`: many targets tuned unattended, and one table of them all."""
+"""`tileloop suite run | summarize | simulate`: many targets tuned unattended, one table of them all, and
+the suite's wall time on more GPUs simulated from their run times."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -13,8 +15,9 @@ from loop.suite import nodes, runner, simulate, summary, unattended
 
 
 def add_suite(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("action", choices=["run", "summarize"])
-    sp.add_argument("paths", nargs="+", help="run: target files; summarize: suite output folders or entry files")
+    sp.add_argument("action", choices=["run", "summarize", "simulate"])
+    sp.add_argument("paths", nargs="+", help="run: target files; summarize: suite output folders or entry files; simulate: "
+                                             "those, or a published results list (--unattended-json's .json)")
     sp.add_argument("--out-dir", default="sandbox/suite", help="run: where entries, reports and plots go (default sandbox/suite)")
     sp.add_argument("--per-run", type=duration, help="run: wall-clock limit per target (the run is then repaired and marked cut off)")
     sp.add_argument("--archs", type=arch_list, default=None, help="run: ahead-of-time compile gate architectures passed to each run")
@@ -45,6 +48,9 @@ def add_suite(sp: argparse.ArgumentParser) -> None:
                          "the same table with a verdict per row, the median seconds per experiment, the device, the commands")
     sp.add_argument("--command", action="append", default=[], dest="commands", metavar="CMD",
                     help="summarize, with --unattended-json: a command that made the results, shown on the page; repeatable")
+    sp.add_argument("--driver-s", type=float, metavar="S",
+                    help="simulate: the Ray driver's seconds per task (default: the median of the entries' own, else 0), e.g. "
+                         "a --ray suite's median driver_s for runs that did not go through Ray")
     common(sp, run_opt=False)
 
 
@@ -58,6 +64,8 @@ def cmd_suite(args, settings) -> int:
         emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
     paths = [Path(p) for p in args.paths]
+    if args.action == "simulate":
+        return _simulate(args, paths)
     entries = summary.load_entries(paths)
     plot, link = _plot_path(args.out, paths)
     plot_note, drawn = (nodes.plot(entries, plot, args.title, link) if plot else
@@ -81,6 +89,31 @@ def cmd_suite(args, settings) -> int:
     emit(args, {"entries": len(entries), "out": args.out, "markdown": text, "nodes": nodes.node_rows(entries),
                 "plot": str(plot) if drawn else None, "simulation": simulate.simulate(entries)}, text)
     return 0
+
+
+def _simulate(args, paths: list[Path]) -> int:
+    """`suite simulate`: the simulation's table of a suite's entries, or of a published results list."""
+    if args.driver_s is not None and args.driver_s < 0:
+        raise UserError(f"--driver-s must be >= 0, got {args.driver_s}")
+    lists = [_json_or_none(p) for p in paths if p.is_file() and p.suffix == ".json"]
+    if lists and len(lists) == len(paths) and all(isinstance(d, list) for d in lists):
+        try:
+            runs = [run for d in lists for run in simulate.published_runs(d)]
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        sim = simulate.simulate_runs(runs, [], None, per_task_s=args.driver_s)
+    else:
+        sim = simulate.simulate(summary.load_entries(paths), per_task_s=args.driver_s)
+    text = "\n".join(simulate.markdown(sim))
+    emit(args, {"markdown": text, "simulation": sim}, text)
+    return 0
+
+
+def _json_or_none(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
 
 
 def _plot_path(out: str | None, paths: list[Path]) -> tuple[Path | None, str | None]:
