@@ -95,6 +95,7 @@ def test_the_suite_reads_a_files_language_from_its_name():
 
 
 def test_the_compile_gate_runs_in_the_languages_compile_backend(monkeypatch, tmp_path):
+    from loop.common.settings import Settings
     from loop.measure import compile_gate as gate
 
     seen = []
@@ -102,6 +103,6 @@ def test_the_compile_gate_runs_in_the_languages_compile_backend(monkeypatch, tmp
                         or {"status": "ok", "compile": {"ok": True, "results": []}})
     for name in LANGUAGES:
         gate.compile_gate(workdir=tmp_path, spec_path=tmp_path / "spec.py", target_dir=tmp_path,
-                          target=tmp_path / "t.py", language=name, archs=["sm_90"], settings=None,
+                          target=tmp_path / "t.py", language=name, archs=["sm_90"], settings=Settings(),
                           cache_root=tmp_path)
     assert seen == [LANGUAGES[name].compile_backend for name in LANGUAGES]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import types
 
+from loop.common.messages import ImplTiming
 from loop.measure.evaluate import SUMMARY_KEYS, _summary
 from loop.worker.bench import tuned_configs
 
@@ -61,4 +62,4 @@ def test_an_odd_module_never_fails_the_measurement():
 def test_the_picks_travel_into_the_backend_summary():
     assert "tuned" in SUMMARY_KEYS
     stats = {"median_ms": 0.01, "tuned": {"k": "{'TILE': 512}"}, "samples_ms": [0.01]}
-    assert _summary(stats) == {"median_ms": 0.01, "tuned": {"k": "{'TILE': 512}"}}
+    assert _summary(ImplTiming.from_json(stats)) == {"median_ms": 0.01, "tuned": {"k": "{'TILE': 512}"}}
