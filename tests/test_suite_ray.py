@@ -316,6 +316,7 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
     import re
     import subprocess
     import sys
+    import shutil
     import tempfile
     import time
 
@@ -328,6 +329,9 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
     target, run = TARGETS[0], "suite-vector-add-triton"
     env = with_package_path(dict(os.environ))
     clean_env.setenv("PYTHONPATH", env.get("PYTHONPATH", ""))  # the nodes' workers import this tileloop
+    short = tempfile.mkdtemp(prefix="tl-ray-test-", dir="/tmp")  # pytest's folder under xdist is too long for Ray's sockets
+    clean_env.setenv("TMPDIR", short)
+    clean_env.setattr(tempfile, "tempdir", short)
     cluster, proc = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}), None
     try:
         doomed = cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
@@ -355,6 +359,7 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
             proc.kill()
             proc.wait()
         cluster.shutdown()
+        shutil.rmtree(short, ignore_errors=True)
     said = err_path.read_text()
     assert proc.returncode == 0, said[-3000:]
     assert int(found[0].group(1)) == 1 and "sending it again to resume from iteration 1" in said, said[-3000:]
