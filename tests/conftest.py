@@ -94,14 +94,24 @@ def _private_experience(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TILELOOP_EXPERIENCE", str(tmp_path_factory.mktemp("experience") / "experience.jsonl"))
 
 
-def pytest_configure(config):
+@pytest.fixture(scope="session", autouse=True)
+def _shared_aot_cache(tmp_path_factory):
     """The compile gate's ahead-of-time builds share one Triton cache for the whole test session
-    (TILELOOP_AOT_CACHE; both xdist workers of one session name the same folder): the tests compile
-    the same few kernels for sm_90 in dozens of runs, and Triton keys each build by source, options
-    and architecture. A test that sets its own value keeps it."""
-    if "TILELOOP_AOT_CACHE" not in os.environ:
-        session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid()}"
-        os.environ["TILELOOP_AOT_CACHE"] = str(Path(tempfile.gettempdir()) / f"tileloop-test-aot-{session}")
+    (TILELOOP_AOT_CACHE), under pytest's own temporary folder (both xdist workers of one session name
+    the same one; pytest removes old sessions' folders): the tests build the same few kernels for
+    sm_90 in dozens of runs, and Triton keys each build by source, options and architecture. A value
+    set from outside stands."""
+    if "TILELOOP_AOT_CACHE" in os.environ:
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "aot-cache"
+    folder.mkdir(exist_ok=True)
+    os.environ["TILELOOP_AOT_CACHE"] = str(folder)
+    try:
+        yield
+    finally:
+        os.environ.pop("TILELOOP_AOT_CACHE", None)
 
 
 @pytest.fixture(autouse=True)
