@@ -61,6 +61,7 @@ def _load(spec_path):
         sys.modules.pop("ref", None)
 
 
+@pytest.mark.slow  # runs tileloop check (the fast tier keeps the parsing tests): the fast tier stays under five minutes
 def test_tileloop_spec_makes_a_case_a_target_and_check_runs_its_reference_on_the_cpu(tmp_path, capsys):
     pytest.importorskip("torch")
     from loop.cli import main

@@ -234,6 +234,7 @@ def test_the_build_cache_key_changes_with_source_flags_toolkit_and_architecture(
     assert len({key, *(cuda_build.cache_key(*v) for v in variants)}) == 1 + len(variants)
 
 
+@pytest.mark.slow  # two nvcc builds: the fast tier stays under five minutes
 def test_a_build_is_cached_under_its_toolkits_key(tmp_path, monkeypatch):
     """build() keys its folder by nvcc's version: another toolkit does not take the first one's library."""
     from loop.common import nvcc

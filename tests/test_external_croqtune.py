@@ -204,6 +204,7 @@ def test_a_croq_tune_script_tuned_through_the_cli(croq_repo, capsys):
 EXAMPLE = REPO_ROOT / "examples" / "croq_tune" / "iter000_matmul_bf16.py"
 
 
+@pytest.mark.slow  # drives the example script and plans it: the fast tier stays under five minutes
 def test_the_worked_example_drives_the_example_script_and_the_recipes_read_it(capsys):
     """docs/harness.md's commands import the example script and call its verify() and bench(); the
     script is a TileLang target whose pinned constants the TileLang recipes rewrite."""
