@@ -359,13 +359,14 @@ def clear_stale_locks(root: Path, grace_s: float = 2.0) -> list[str]:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(lock.exists() for lock in locks):
         time.sleep(0.1)
+    left = [lock for lock in locks if lock.exists()]  # the others' git finished
+    busy = _git_working_in(root.resolve()) if left else False
     removed = []
-    for lock in locks:
+    for lock in left:
         try:
             age = time.time() - lock.stat().st_mtime
         except FileNotFoundError:
-            continue  # its git finished
-        busy = _git_working_in(root.resolve())
+            continue
         if busy is False or (busy is None and age > 60):
             lock.unlink(missing_ok=True)
             removed.append(lock.name)
