@@ -14,6 +14,7 @@ from loop.common import nvcc
 
 torch = pytest.importorskip("torch")
 pytestmark = [
+    pytest.mark.gpu,  # selected by `pytest -m gpu` on the device, as the other GPU tests are
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch"),
     pytest.mark.skipif(nvcc.toolchain() is None, reason=nvcc.why_none()),
 ]
