@@ -11,9 +11,11 @@ import contextlib
 import io
 import json
 import math
+import os
 import random
 import re
 import shutil
+import signal
 import types
 from pathlib import Path
 
@@ -448,6 +450,39 @@ def test_a_budget_stops_starting_trials_and_keeps_those_done(tmp_path, stand_in,
     assert not result["complete"] and result["failure"]["status"] == "budget" and "--budget" in result["failure"]["message"]
     assert 0 < result["trials_done"] < 50 and result["judged_measurements"] == result["trials_done"]
     assert "INCOMPLETE: budget" in decision_check.render(result)
+
+
+
+def _judged_with(monkeypatch, stand_in, before_each):
+    """The stand-in judge, with `before_each(n)` called before its n-th judged measurement (from 1)."""
+    count = [0]
+
+    def judge(*args, **kwargs):
+        count[0] += 1
+        before_each(count[0])
+        return stand_in(*args, **kwargs)
+
+    monkeypatch.setattr(decision_check, "run_worker", judge)
+
+
+def test_no_round_starts_that_the_longest_so_far_would_end_past_the_budget(tmp_path, stand_in, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(decision_check.time, "monotonic", lambda: now[0])
+    _judged_with(monkeypatch, stand_in, lambda n: now.__setitem__(0, now[0] + 10))  # each measurement 10 s
+    result = check(tmp_path, plant=None, scenarios=("aa",), trials=50, budget_s=25)
+    # rounds start at 0 and 10 s; the third would start at 20 s and end at 30 s, past the 25 s budget
+    assert result["trials_done"] == 2 and result["judged_measurements"] == 2
+    assert result["failure"]["status"] == "budget" and "the longest round so far took 10 s" in result["failure"]["message"]
+
+
+def test_a_sigterm_ends_the_check_with_the_trials_done_kept(tmp_path, stand_in, monkeypatch):
+    before = signal.getsignal(signal.SIGTERM)
+    _judged_with(monkeypatch, stand_in, lambda n: os.kill(os.getpid(), signal.SIGTERM) if n == 3 else None)
+    result = check(tmp_path, plant=None, scenarios=("aa",), trials=50)
+    assert not result["complete"] and result["failure"]["status"] == "terminated"
+    assert result["trials_done"] == 2 and len(result["per_trial"]) == 2 * len(result["shapes"]) + 2  # per shape and all
+    assert "INCOMPLETE: terminated" in decision_check.render(result)
+    assert signal.getsignal(signal.SIGTERM) is before  # the check's handler is gone with it
 
 
 # ----------------------------------------------------------------------------- timing method, L2 shapes, honest candidates

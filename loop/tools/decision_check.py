@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -238,8 +240,10 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
     `method` forces the timing method of every measurement (auto: the judge's choice); `l2_multiples`
     times shapes whose inputs and outputs are those multiples of the L2 (`l2_shapes`) instead of `shapes`.
 
-    `budget_s`: no trial starts after this many seconds; the result is then incomplete (failure status
-    `budget`) with every trial finished so far.
+    `budget_s`: no round of trials (one per scenario) starts that the longest round so far would end
+    past this many seconds; the result is then incomplete (failure status `budget`) with every trial
+    finished so far. A SIGTERM ends the check the same way (failure status `terminated`): the trials
+    finished are kept and returned, never lost with the process.
 
     `policy` is the loop's default Policy unless given (tests pass a lower `suspicious`)."""
     log = log or plain_log
@@ -267,6 +271,8 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
         f"each a judged measurement" + (f"; {len(honest)} honest candidate(s) in turn" if honest else ""))
     started = time.monotonic()
     rows, calibration, failure, done, events = [], [], None, Counter(), []
+    longest = 0.0  # the longest round of trials so far (seconds): the next one may take as long
+    previous = _raise_on_sigterm()
     try:
         sources = {"aa": (plain, plain)}
         if plant:
@@ -275,8 +281,9 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
             planted = planted_source(plain, entry, size, device)
             sources.update(slowdown=(plain, planted), speedup=(planted, plain))
         for t in range(trials):
-            if failure := _past_budget(budget_s, started, t, trials):
+            if failure := _past_budget(budget_s, started, t, trials, longest):
                 break
+            round_started = time.monotonic()
             k = t % len(scenarios)  # rotate the order, so no scenario always runs first after a pause
             for scenario in list(scenarios[k:]) + list(scenarios[:k]):
                 cand_key = None
@@ -285,12 +292,18 @@ def run(target: str, *, trials: int, plant: float | None, scenarios: Sequence[st
                     sources["honest"] = (plain, cand_src)
                 _trial(judged, sources[scenario], (t, trials, scenario, cand_key), policy, seed, view, rows, events)
                 done[t] += 1
+            longest = max(longest, time.monotonic() - round_started)
+    except Terminated:
+        failure = {"status": "terminated", "message": f"SIGTERM: {sum(1 for n in done.values() if n == len(scenarios))} "
+                   f"of {trials} trial(s) of every scenario done; the one under way is left out"}
     except Stopped as stop:
         failure = {"status": stop.outcome["status"], "message": f"{stop.what}: {stop.outcome['message']}"}
         if not rows:
             raise UserError(f"the target failed before any trial finished: {failure['status']}: {failure['message']}"[:600],
                             hint=(stop.outcome.get("log_tail") or "").strip()[-300:] or None) from None
     finally:
+        with contextlib.suppress(ValueError, TypeError):  # not the main thread: nothing was taken
+            signal.signal(signal.SIGTERM, previous)
         view.close()
         if host is not None:
             host.close()
@@ -321,11 +334,30 @@ def _scenarios(scenarios: Sequence[str] | None, plant: float | None, method: str
     return scenarios
 
 
-def _past_budget(budget_s: float | None, started: float, t: int, trials: int) -> dict | None:
-    """The check's failure when `budget_s` has passed before trial `t` starts, else None."""
-    if budget_s is None or time.monotonic() - started <= budget_s:
+class Terminated(Exception):
+    """A SIGTERM reached the check: it stops, keeping every trial finished."""
+
+
+def _raise_on_sigterm():
+    """SIGTERM raises `Terminated` in the main thread from now on (a `timeout` around the check ends it
+    with its result written); returns the handler it replaced. Elsewhere than the main thread, nothing."""
+    def terminated(signum, frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: signals are not ours to take
+        return signal.getsignal(signal.SIGTERM)
+
+
+def _past_budget(budget_s: float | None, started: float, t: int, trials: int, longest: float = 0.0) -> dict | None:
+    """The check's failure when round `t` would end past `budget_s`: the budget has passed, or what is
+    left of it is shorter than the longest round so far (`longest` seconds); else None."""
+    elapsed = time.monotonic() - started
+    if budget_s is None or elapsed + longest <= budget_s:
         return None
-    return {"status": "budget", "message": f"no trial started after {budget_s:g} s (--budget): "
+    why = "passed" if elapsed > budget_s else f"{budget_s - elapsed:.0f} s left, the longest round so far took {longest:.0f} s"
+    return {"status": "budget", "message": f"no trial started that could end past {budget_s:g} s (--budget; {why}): "
             f"{t} of {trials} trial(s) of every scenario done"}
 
 
