@@ -77,8 +77,9 @@ def add_decision_check(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--dtype", help="benchmark dtype (default: the one an iteration times, the spec's first)")
     sp.add_argument("--seed", type=int, default=0, help="base seed for the fresh inputs of every trial")
     sp.add_argument("--timeout", type=duration, help="limit for each judged measurement (default: an iteration's)")
-    sp.add_argument("--budget", type=duration, help="start no trial after this long (e.g. 8m): the report is then "
-                                                   "incomplete, with every trial finished (exit 1)")
+    sp.add_argument("--budget", type=duration, help="end by this long (e.g. 8m): no round of trials starts that the "
+                                                   "longest so far would end past it; the report is then incomplete, with "
+                                                   "every trial finished (exit 1); a SIGTERM ends it the same way")
     sp.add_argument("--out", type=Path, help="also write the markdown report to this file")
     common(sp, run_opt=False)
 
