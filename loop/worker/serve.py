@@ -10,7 +10,8 @@ One kernel process runs one implementation (the judge starts one per implementat
 candidate cannot reach the incumbent it is timed against). Requests (`op`) and answers, one JSON
 object each:
   load     spec, implementation, backend -> {labels}            (an import failure is a compile error; the
-           implementation's own Triton cache taken first: `loop.common.namespaces.own_triton_cache`)
+           implementation's own Triton cache taken first: `loop.common.namespaces.own_triton_cache`,
+           its cuTile tuning results kept there: `loop.worker.cutile_tune`)
   arena    open an arena the judge made / drop one it is freeing
   call     one call on inputs in an arena; outputs copied into the judge's slots
   record   launch recording on or off -> {launched, called} when off
@@ -46,6 +47,7 @@ from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
 from loop.worker.bench import tuned_configs
 from loop.worker.compiled import CompiledReference, spec_pairs
+from loop.worker.cutile_tune import keep_cutile_tunings
 from loop.worker.failures import KernelFailure, SpecError, call_impl, load_module, short_traceback
 from loop.worker.launches import LaunchRecorder
 from loop.worker.sampler import Sampler
@@ -117,11 +119,12 @@ class KernelSide:
         if self.device == "cuda":
             self.clock = timing._Clock(torch)
         impl = (msg.get("impls") or [{}])[0]  # its own Triton cache, before any code of the spec or the implementation runs
-        own_triton_cache(impl.get("label") or msg.get("reference") or "+".join(msg.get("torch_providers", [])),
-                         Path(impl["path"]).read_bytes() if impl else b"")
+        own = own_triton_cache(impl.get("label") or msg.get("reference") or "+".join(msg.get("torch_providers", [])),
+                               Path(impl["path"]).read_bytes() if impl else b"")
         sys.path.insert(0, msg["target_dir"])
         if self.backend == "cutile":
             watch_cutile_compiles()
+            keep_cutile_tunings(own)  # its cuTile searches kept in the same folder of its own ("": none kept)
         if self.backend == "interpreter":
             pin_autotune_to_first_config()
         self.spec = Spec(torch, load_module("tileloop_spec", Path(msg["spec"])))
