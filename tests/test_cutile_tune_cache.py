@@ -203,3 +203,36 @@ def test_a_cutile_kernel_process_keeps_its_searches_in_its_own_cache_folder(tmp_
     own = Path(seen["cache"])
     assert own.parent == tmp_path / "cache" / "implementations" and own.name.startswith("incumbent-")
     assert seen["store"] == (str(own / cutile_tune.SUBFOLDER) if backend == "cutile" else "")
+
+
+def test_the_recipes_tuned_row_sum_in_a_second_kernel_process_picks_the_same_config_untimed(tmp_path, fake,
+                                                                                           monkeypatch):
+    """The code cutile-autotune writes (its `_TUNED` emptied, as in a new kernel process) asks the kept
+    search again: no timing, the same config and kernel hints; a new shape is timed."""
+    import importlib.util
+
+    import playbook
+    from playbook.analysis import analyze
+
+    source = (REPO_ROOT / "kernels" / "row_sum" / "row_sum_cutile.py").read_text()
+    (candidate,) = playbook.get("cutile-autotune").candidates(source, analyze(source))
+    path = tmp_path / "tuned_row_sum.py"
+    path.write_text(candidate.source)
+    loaded = importlib.util.spec_from_file_location("tuned_row_sum_for_keeping", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: None)
+    monkeypatch.delenv("DISABLE_CUTILE_TUNE", raising=False)
+    assert cutile_tune.keep_cutile_tunings(str(tmp_path / "incumbent-aaaa"))
+
+    x, out = torch.randn(16, 300), torch.empty(16)
+    first = module._tuned(x, out)
+    module._TUNED.clear()
+    again = module._tuned(x, out)
+    assert fake.calls == 1
+    assert again[0] is first[0] and again[0] in module._TUNE_SPACES["sm_90"]
+    assert repr(again[1]._compiler_options) == repr(first[1]._compiler_options)
+    module._tuned(torch.randn(16, 600), out)
+    assert fake.calls == 2

@@ -7,19 +7,21 @@ incumbent autotuned per input key is tuned once per run, not once per kernel pro
 The key (sha256) covers what the timings depend on: the kernel's python function (qualified name)
 and its compiler options, the search space (repr of the configs, in order), for every config its
 grid, the signature of its arguments (shapes, dtypes, strides and devices of tensors; values of
-scalars) and its hints, the device's name and compute capability, cuda.tile's version and
-`flush_l2`. The source of the implementation is the folder's: the kernel process passes its own
-Triton cache folder (`loop.common.namespaces.own_triton_cache`, `<label>-<hash of its source>`), so a
-stored result is only ever used by the same implementation source on the same device, and a
-candidate cannot write the incumbent's choices (its folder is not in reach). The first search of a
-key still times every config; a search whose key cannot be told (an argument or hint this module
-cannot describe, no CUDA device) is timed every time and not stored. A file that is corrupt,
-written for another key or names configs the space does not have is ignored (the search runs again
-and replaces it); files are written atomically."""
+scalars) and its hints, the device's name and compute capability, cuda.tile's version and the
+search's other options (`flush_l2`, `single_run_timeout_sec`). The implementation's source is the
+folder's: the kernel process passes its own Triton cache folder
+(`loop.common.namespaces.own_triton_cache`, `<label>-<hash of its source>`), so a stored result is
+only ever used by the same implementation source on the same device, and a candidate cannot write
+the incumbent's choices (their folder is not in its reach). The first search of a key still times
+every config; a search whose key cannot be told (an argument or hint this module cannot describe,
+no CUDA device) is timed every time and not stored. A file that is corrupt, written for another
+key or naming configs the space does not have is ignored (the search runs again and replaces it);
+files are written atomically."""
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -31,6 +33,9 @@ from typing import Any, Callable
 SUBFOLDER = "cutile-tune"
 FORMAT = "tileloop-cutile-tune/1"
 _SCALARS = (bool, int, float, str, type(None))
+# the arguments of exhaustive_search read into the key one by one, or (the stream, whether it prints
+# progress) left out: they change no timing
+_READ = ("search_space", "stream", "grid_fn", "kernel", "args_fn", "hints_fn", "quiet")
 
 
 class Unsigned(Exception):
@@ -56,25 +61,29 @@ def keep_cutile_tunings(folder: str) -> bool:
 
 
 def kept_search(real: Callable, store: Path) -> Callable:
-    """`real` (cuda.tile's exhaustive_search) with its results kept in `store`, one file per key."""
+    """`real` (cuda.tile's exhaustive_search) with its results kept in `store`, one file per key. Its
+    arguments pass through as given; they are read by `real`'s own signature (a call that does not
+    bind to it is `real`'s to refuse)."""
+    signature = inspect.signature(real)
 
-    def exhaustive_search(search_space, stream, grid_fn, kernel, args_fn, hints_fn=None, *,
-                          quiet: bool = False, single_run_timeout_sec: float | None = None, flush_l2: bool = True):
-        def search():
-            return real(search_space, stream, grid_fn, kernel, args_fn, hints_fn, quiet=quiet,
-                        single_run_timeout_sec=single_run_timeout_sec, flush_l2=flush_l2)
-
+    def exhaustive_search(*args, **kwargs):
         try:
-            key = search_key(search_space, grid_fn, kernel, args_fn, hints_fn, flush_l2)
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return real(*args, **kwargs)
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        try:
+            key = search_key(given)
         except Unsigned:
-            return search()
-        kept = load_result(store / f"{key}.json", key, search_space)
+            return real(*args, **kwargs)
+        kept = load_result(store / f"{key}.json", key, given["search_space"])
         if kept is not None:
-            if not quiet:
+            if not given.get("quiet", False):
                 print(kept)
             return kept
-        result = search()
-        write_result(store / f"{key}.json", key, search_space, result)
+        result = real(*args, **kwargs)
+        write_result(store / f"{key}.json", key, given["search_space"], result)
         return result
 
     exhaustive_search.tileloop_real = real
@@ -95,13 +104,16 @@ def device_identity() -> dict:
     return {"name": torch.cuda.get_device_name(index), "capability": list(torch.cuda.get_device_capability(index))}
 
 
-def search_key(space, grid_fn, kernel, args_fn, hints_fn, flush_l2: bool) -> str:
-    """sha256 (hex) of everything a search's timings depend on (module docstring); Unsigned if some
-    part cannot be described."""
+def search_key(given: dict) -> str:
+    """sha256 (hex) of everything a search's timings depend on (module docstring), from the search's
+    arguments by name; Unsigned if some part cannot be described. Arguments other than the ones
+    named here (`flush_l2`, `single_run_timeout_sec`, any a later cuda.tile adds) enter by repr."""
     import cuda.tile
 
-    if not isinstance(space, (list, tuple)) or not space:
-        raise Unsigned("the search space is not a non-empty list or tuple")
+    space, kernel, hints_fn = given.get("search_space"), given.get("kernel"), given.get("hints_fn")
+    grid_fn, args_fn = given.get("grid_fn"), given.get("args_fn")
+    if not isinstance(space, (list, tuple)) or not space or grid_fn is None or args_fn is None:
+        raise Unsigned("not a search space, grid_fn and args_fn")
     per_config = []
     for cfg in space:
         try:
@@ -111,9 +123,10 @@ def search_key(space, grid_fn, kernel, args_fn, hints_fn, flush_l2: bool) -> str
             raise Unsigned(f"config {cfg!r}: {type(exc).__name__}") from exc
         per_config.append({"grid": _described(grid), "kernel": _kernel_identity(chosen),
                            "args": _described(args), "hints": _repr(hints)})
+    others = {name: _repr(value) for name, value in sorted(given.items()) if name not in _READ}
     material = {"format": FORMAT, "space": [_repr(cfg) for cfg in space], "configs": per_config,
                 "device": device_identity(), "cuda.tile": str(getattr(cuda.tile, "__version__", "")),
-                "flush_l2": bool(flush_l2)}
+                "options": others}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
