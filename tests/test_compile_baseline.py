@@ -132,6 +132,18 @@ def test_graph_breaks_are_recorded_per_shape_where_the_judge_reads_picks():
     assert final.compile_notes({"tuned": picks}) == what
 
 
+def test_inductor_compiles_in_the_kernel_process_with_no_pool_of_workers(monkeypatch):
+    """A pool of inductor's compile workers would use CPU while the judge holds the kernel process
+    stopped, and the judge refuses that (torch.compile `unavailable: uncorroborated` on an H200)."""
+    from torch._inductor import config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "compile_threads", 8)
+    CompiledReference(torch, lambda x: x + 1, 4, backend="eager")
+    assert inductor_config.compile_threads == 8  # another backend: inductor's settings are not ours to change
+    CompiledReference(torch, lambda x: x + 1, 4)
+    assert inductor_config.compile_threads == 1
+
+
 def test_the_provider_raises_the_limit_for_the_specs_pairs():
     spec = SimpleNamespace(module=SimpleNamespace(reference=lambda x: x * 2), correctness_shapes=[(n,) for n in range(1, 41)],
                            benchmark_shapes=[(4096,), (8192,)], interpreter_shapes=[(40,)], dtypes=["float16", "float32"])

@@ -15,7 +15,11 @@ every correctness and benchmark shape and dtype, more than eight pairs for many 
   `unavailable: <why>` for torch.compile;
 - what was compiled for each shape (graphs per call: more than one is a graph break, with dynamo's
   reasons) is kept where the judge asks for run-time picks after timing a shape (`_TUNED`, read by
-  `loop.worker.bench.tuned_configs`), so the result says so beside the time.
+  `loop.worker.bench.tuned_configs`), so the result says so beside the time;
+- inductor compiles in this process (`compile_threads = 1`): its pool of compile workers would live on
+  in the kernel process's tree and use CPU while the judge holds the process stopped between its
+  requests, which the judge refuses as work outside its reach (on an H200 that made torch.compile
+  `unavailable: uncorroborated` at every shape of a suite op).
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ class CompiledReference(SimpleNamespace):
         dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, self.limit)
         dynamo.config.accumulated_recompile_limit = max(dynamo.config.accumulated_recompile_limit, 4 * self.limit)
         dynamo.config.fail_on_recompile_limit_hit = True
+        if backend == "inductor":
+            from torch._inductor import config as inductor_config
+
+            inductor_config.compile_threads = 1  # no pool of compile workers beside the kernel process
         self.torch = torch
         self.graph_runs = 0  # calls of compiled graphs, all signatures together
         self.graphs_compiled = 0
