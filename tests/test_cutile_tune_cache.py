@@ -193,7 +193,7 @@ LOAD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("backend", ["cutile", "interpreter"])
+@pytest.mark.parametrize("backend", ["cutile", pytest.param("interpreter", marks=pytest.mark.slow)])
 def test_a_cutile_kernel_process_keeps_its_searches_in_its_own_cache_folder(tmp_path, backend):
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")}
@@ -236,3 +236,12 @@ def test_the_recipes_tuned_row_sum_in_a_second_kernel_process_picks_the_same_con
     assert repr(again[1]._compiler_options) == repr(first[1]._compiler_options)
     module._tuned(torch.randn(16, 600), out)
     assert fake.calls == 2
+
+
+def test_a_dtype_argument_is_part_of_the_key(tmp_path, fake):
+    assert cutile_tune.keep_cutile_tunings(str(tmp_path))
+    x = torch.zeros(8, 32)
+    for dtype in (ct.float32, ct.float16, torch.float32, ct.float32):
+        ct.tune.exhaustive_search(SPACE, None, lambda cfg: (8,), row_sum, lambda cfg: (x, dtype, cfg["TILE"]),
+                                  quiet=True)
+    assert fake.calls == 3

@@ -20,10 +20,12 @@ files are written atomically."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 import math
+import numbers
 import os
 import sys
 import tempfile
@@ -33,6 +35,7 @@ from typing import Any, Callable
 SUBFOLDER = "cutile-tune"
 FORMAT = "tileloop-cutile-tune/1"
 _SCALARS = (bool, int, float, str, type(None))
+_DTYPES = ("torch.dtype", "cuda.tile.DType")  # dtype objects a kernel may take as an argument, told by repr
 # the arguments of exhaustive_search read into the key one by one, or (the stream, whether it prints
 # progress) left out: they change no timing
 _READ = ("search_space", "stream", "grid_fn", "kernel", "args_fn", "hints_fn", "quiet")
@@ -66,6 +69,7 @@ def kept_search(real: Callable, store: Path) -> Callable:
     bind to it is `real`'s to refuse)."""
     signature = inspect.signature(real)
 
+    @functools.wraps(real)
     def exhaustive_search(*args, **kwargs):
         try:
             bound = signature.bind(*args, **kwargs)
@@ -88,7 +92,6 @@ def kept_search(real: Callable, store: Path) -> Callable:
 
     exhaustive_search.tileloop_real = real
     exhaustive_search.tileloop_store = store
-    exhaustive_search.__doc__ = real.__doc__
     return exhaustive_search
 
 
@@ -155,9 +158,12 @@ def _repr(value: Any) -> str:
 
 def _described(value: Any) -> Any:
     """A JSON-able description of a kernel argument or grid: tensors by shape, dtype, strides and
-    device; scalars by type and value; tuples and lists element by element."""
-    if isinstance(value, _SCALARS):
-        return [type(value).__name__, repr(value)]
+    device; scalars and dtypes (torch's, cuda.tile's) by type and value; tuples and lists element by
+    element."""
+    if isinstance(value, _SCALARS) or isinstance(value, numbers.Number):
+        return [type(value).__name__, _repr(value)]
+    if f"{type(value).__module__}.{type(value).__qualname__}" in _DTYPES:
+        return [type(value).__qualname__, _repr(value)]
     if isinstance(value, (tuple, list)):
         return [type(value).__name__, [_described(v) for v in value]]
     if hasattr(value, "shape") and hasattr(value, "dtype") and callable(getattr(value, "stride", None)):
@@ -213,10 +219,14 @@ def write_result(path: Path, key: str, space, result) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    except OSError:
+        return False
+    try:
         with os.fdopen(fd, "w") as out:
             json.dump(data, out)
         os.replace(tmp, path)
     except OSError:
+        Path(tmp).unlink(missing_ok=True)
         return False
     return True
 
