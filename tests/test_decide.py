@@ -207,6 +207,12 @@ def test_suspicious_speedup_is_measured_again():
     assert d.speedup == pytest.approx(4.0, rel=0.01)
 
 
+def test_one_suspicious_shape_is_named_where_the_combined_speedup_is_under_the_limit():
+    d = decide(POLICY, shapes=shapes_for([1.5, 2.0, 4.0]))
+    assert (d.action, d.verdict) == ("remeasure", "suspicious") and d.speedup < POLICY.suspicious
+    assert d.reason.startswith("4.00x at shape ") and f"exceeds {POLICY.suspicious}x" in d.reason
+
+
 def test_suspicious_speedup_counts_after_remeasuring():
     d = decide(POLICY, shapes=shapes_for([4.0, 4.0, 4.0]), remeasured=True)
     assert (d.action, d.verdict, d.priority, d.stop_after) == ("keep", "improved", "normal", False)

@@ -178,7 +178,9 @@ def decide(
                         f"shape {list(worst.shape)} slower by {1 / worst.speedup - 1:.1%} (interval {worst.lo:.3f}-{worst.hi:.3f}x)",
                         speedup, lo, hi, shapes=rows)
     if max(speedup, *(s.speedup for s in shapes)) > policy.suspicious and not remeasured:
-        return Decision("remeasure", "suspicious", f"{speedup:.2f}x exceeds {policy.suspicious}x: measure again before it counts",
+        top = max(shapes, key=lambda s: s.speedup)
+        what = f"{speedup:.2f}x" if speedup > policy.suspicious else f"{top.speedup:.2f}x at shape {list(top.shape)}"
+        return Decision("remeasure", "suspicious", f"{what} exceeds {policy.suspicious}x: measure again before it counts",
                         speedup, lo, hi, shapes=rows)
     if lo <= 1.0:
         return Decision("revert", "within_noise", f"{speedup:.4f}x, interval {lo:.4f}-{hi:.4f}x does not clear noise",
