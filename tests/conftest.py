@@ -157,9 +157,11 @@ def json_contract(monkeypatch):
     assert not observer.failures, "\n".join(observer.failures)
 
 
-# The slow tier's longest tests (over a minute each on a two-core CI machine), started first: with
-# pytest-xdist's load scheduling, a long test picked up last keeps one worker busy while the other
-# has nothing left; started first, the short tests fill in around them.
+# The slow tier's longest tests (over a minute each on a two-core CI machine), started first: a long
+# test picked up last keeps one worker busy while the other has nothing left; started first, the short
+# tests fill in around them. The slow tier runs with `--dist loadgroup` (.ci/run): each test (or
+# xdist_group) goes to whichever worker is free, a few at a time, in this order. (`--dist load` would
+# hand the first eighth of the collection to one worker at the start, all of these on the same one.)
 LONGEST_FIRST = (
     "test_suite_cmd.py::test_a_killed_suite_resumes_each_run_where_it_stopped",
     "test_recipes_cutile_autotune.py::test_every_config_compiles_ahead_of_time_for_hopper_and_blackwell[matmul]",
@@ -177,8 +179,9 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
+        nodeid = item.nodeid.rpartition("@")[0] or item.nodeid  # without the `@group` that loadgroup adds
         for i, name in enumerate(LONGEST_FIRST):
-            if item.nodeid.endswith(name) or item.nodeid.split("/")[-1].startswith(name):
+            if nodeid.endswith(name) or nodeid.split("/")[-1].startswith(name):
                 return i
         return len(LONGEST_FIRST)
 

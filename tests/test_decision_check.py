@@ -611,6 +611,11 @@ def test_the_honest_scenario_judges_the_playbooks_candidates_in_turn_and_counts_
 # ----------------------------------------------------------------------------- end to end (interpreter, the real judge)
 
 
+# The tests that read cpu_check run in one xdist group (the slow tier's `--dist loadgroup`, .ci/run): the
+# module fixture is then made once, by one worker, rather than once by each worker that draws one of them.
+CPU_CHECK = pytest.mark.xdist_group("decision-check-cpu")
+
+
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory):
     root = tmp_path_factory.mktemp("dc")
@@ -624,6 +629,7 @@ def cpu_check(tmp_path_factory):
 
 
 @pytest.mark.slow
+@CPU_CHECK
 def test_cpu_run_is_complete_labelled_and_judged(cpu_check):
     rc, payload, report = cpu_check
     assert rc == 0
@@ -638,6 +644,7 @@ def test_cpu_run_is_complete_labelled_and_judged(cpu_check):
 
 
 @pytest.mark.slow
+@CPU_CHECK
 def test_cpu_aa_trials_are_not_kept(cpu_check):
     _, payload, _ = cpu_check
     aa = [r for r in payload["per_trial"] if r["scenario"] == "aa"]
@@ -651,6 +658,7 @@ def test_cpu_aa_trials_are_not_kept(cpu_check):
 
 
 @pytest.mark.slow
+@CPU_CHECK
 def test_cpu_planted_doubling_is_measured_and_detected_both_ways(cpu_check):
     _, payload, _ = cpu_check
     (cal,) = payload["calibration"]
@@ -674,6 +682,7 @@ def test_cpu_planted_doubling_is_measured_and_detected_both_ways(cpu_check):
 
 
 @pytest.mark.slow
+@CPU_CHECK
 def test_every_json_field_is_documented(cpu_check):
     """The output fits its schema, and every field of it and of its rows is declared there (docs/json.md is
     generated from the schemas)."""
