@@ -22,6 +22,7 @@ from typing import Sequence
 
 from loop.backends import Backend, tileiras_environment
 from loop.common.files import SOURCE_ROOT
+from loop.common.namespaces import adopt_kept_cache
 from loop.common.processes import PARENT_ENV, confine_zygote, die_with_parent, kill_process_group, record_pid
 from loop.common.settings import Settings
 from loop.measure.host import JudgeHost, start_host
@@ -110,6 +111,18 @@ def _write_job(workdir: Path, name: str, job: dict) -> Path:
     return path
 
 
+def adopt_kept_caches(cache_dir: Path, job: dict | None) -> list[str]:
+    """The incumbent's own Triton cache folder (its compiled kernels, Triton's and cuTile's tuned
+    choices), where it has none, taken from the folder its source filled as the kept candidate
+    (`namespaces.adopt_kept_cache`); the labels adopted."""
+    adopted = []
+    for impl in (job or {}).get("impls") or ():
+        if impl.get("label") == "incumbent" and Path(impl.get("path", "")).is_file():
+            if adopt_kept_cache(cache_dir, Path(impl["path"]).read_bytes()):
+                adopted.append(impl["label"])
+    return adopted
+
+
 def run_worker(workdir: Path, job: dict | None, backend: Backend | None, settings: Settings,
                cache_dir: Path, timeout_s: float | None = None, name: str = "worker",
                launcher: Sequence[str] = (), procs: list | None = None, ahead: "JudgeAhead | None" = None,
@@ -127,6 +140,7 @@ def run_worker(workdir: Path, job: dict | None, backend: Backend | None, setting
     a judge (already past `import torch`) where it can (`loop.measure.host`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    adopt_kept_caches(cache_dir, job)
     if ahead is not None and ahead.usable(name, cache_dir):
         launched = ahead.submit(job)
     else:
