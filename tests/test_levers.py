@@ -147,3 +147,37 @@ def test_a_dot_kernel_is_not_ordered_by_the_clone_bandwidth():
     # headroom, and ordering by it promised 14x from an autotune; the clone is the roofline of the others only
     assert levers.memory_bound(analyze(SMALL_TILES))
     assert not levers.memory_bound(analyze(MATMUL))
+
+
+def _dot_record(fracs: dict[tuple, float], iteration: int = 0) -> Record:
+    """A dot kernel's record: each shape's fraction of the device's matmul rate, as the judge writes it."""
+    label = "baseline" if iteration == 0 else "candidate"
+    rate = {"tflops": 700.0, "median_ms": 1.57, "n": 8192, "dtype": "bfloat16", "method": "cuda_graph"}
+    shapes = [{"shape": list(s), "dtype": "bfloat16", "flops": 2.0 * s[0] * s[1] * s[2], "bytes": 2.0 * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
+               "clone_gbps": 2900.0, "matmul": rate, label: {"median_ms": 1.0, "frac_clone_bw": 0.04, "frac_matmul": f}}
+              for s, f in fracs.items()]
+    res = BackendResult("ptx", True, "ok", "", 1.0, None, "PASS", "gpu", None, shapes)
+    return Record(run="r", iteration=iteration, optimization="baseline", status="keep", correctness="PASS", latency_ms=1.0,
+                  target_backend="ptx", backends={"ptx": res}, commit="c", parent="p", hypothesis="", env={},
+                  source_hash="h", started="", finished="", wall_s=0.0)
+
+
+def test_a_dot_kernel_reads_its_headroom_off_the_devices_matmul_rate():
+    rec = _dot_record({(4096, 4096, 4096): 0.5, (8192, 8192, 8192): 0.27, (4095, 4097, 4096): 0.2})
+    where = levers.roofline(rec, "ptx", compute=True)
+    assert where.fraction == 0.27 and "[8192, 8192, 8192]" in where.basis  # the largest by flops, not by bytes
+    assert "matmul rate (700 TFLOP/s, torch.matmul 8192^3 bfloat16, same run)" in where.basis
+    assert levers.roofline(rec, "ptx").fraction == 0.04  # the clone, where the caller asks for it
+    over = levers.roofline(_dot_record({(8192, 8192, 8192): 1.2}, iteration=2), "ptx", compute=True)
+    assert over.fraction == 1.0 and "above 1" in over.basis
+    rec.backends["ptx"].shapes[1].pop("matmul")  # no rate measured at the largest: the next one by flops
+    assert "[4096, 4096, 4096]" in levers.roofline(rec, "ptx", compute=True).basis
+    assert levers.roofline(_record({(8, 8): 0.5}), "cutile", compute=True) is None  # a record without a matmul rate
+
+
+def test_far_from_the_matmul_rate_a_dot_kernels_order_is_by_expected_gain():
+    where = levers.roofline(_dot_record({(8192, 8192, 8192): 0.27}), "ptx", compute=True)
+    an = levers.with_levers(analyze(MATMUL), where, "ptx", None)
+    payload = levers.order_payload(ranked(MATMUL, an, (), ()), an, where)
+    assert payload["why"].startswith("by expected gain") and "matmul rate" in payload["why"]
+    assert payload["roofline"]["fraction"] == 0.27 and payload["order"][0]["lever"] is True

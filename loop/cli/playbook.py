@@ -125,7 +125,7 @@ def _plan(args, settings) -> int:
         else:
             not_applicable.append({"id": recipe.id, "reason": one_line(
                 why, f"does not recognise its pattern in {target}")})
-    where = _measured_roofline(args, target, settings) if levers.memory_bound(an) or args.roofline_fraction else None
+    where = _measured_roofline(args, target, settings, not levers.memory_bound(an))
     an = levers.with_levers(an, where, args.backend or "", args.arch)
     order = levers.order_payload(ranked(src, an, (), ()), an, where)
     payload = {"target": target, "language": an.language, "kernel_class": an.kernel_class, "entry": list(an.entry),
@@ -141,8 +141,9 @@ def _plan(args, settings) -> int:
     return 0
 
 
-def _measured_roofline(args, target: str, settings) -> levers.Roofline | None:
-    """--roofline-fraction, else the measured best version of this target's run in progress, if any."""
+def _measured_roofline(args, target: str, settings, compute: bool) -> levers.Roofline | None:
+    """--roofline-fraction, else the measured best version of this target's run in progress, if any
+    (`compute`: a dot kernel's fraction of the device's matmul rate)."""
     if args.roofline_fraction is not None:
         if not 0 < args.roofline_fraction <= 1.5:
             raise UserError(f"--roofline-fraction must be in (0, 1.5], got {args.roofline_fraction}",
@@ -156,7 +157,7 @@ def _measured_roofline(args, target: str, settings) -> levers.Roofline | None:
         if live is None:
             return None
         run = open_run(live.run_id, settings)
-        return levers.roofline(levers.best_record(run), run.state.target_backend)
+        return levers.roofline(levers.best_record(run), run.state.target_backend, compute)
     except (UserError, ValueError, OSError):
         return None  # not in a repository, or no run of it: the static order
 

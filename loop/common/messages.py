@@ -226,6 +226,7 @@ class ImplTiming:
     peak_mem_mb: float | None = None
     tuned: dict | list | None = None
     frac_clone_bw: float | None = None
+    frac_matmul: float | None = None  # of the device's matmul rate, at a compute-bound shape
     extra: dict = field(default_factory=dict, compare=False, repr=False)
     keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
@@ -295,8 +296,8 @@ class ShapeTiming:
     """One timed shape: the shape (an external harness's: its record's label, with the record), dtype,
     timing method (cuda_graph | cuda_events_l2_flush | interpreter_wallclock | harness) and calls per
     sample, the notes on how it was timed, each implementation's timing, the audits of what the timed
-    calls wrote, the judge's clock's verdict, the spec's flops and bytes at the shape, and the same-run
-    copy bandwidth (`clone`, on a GPU)."""
+    calls wrote, the judge's clock's verdict, the spec's flops and bytes at the shape, the same-run
+    copy bandwidth (`clone`, on a GPU) and, at a compute-bound shape, the device's matmul rate (`matmul`)."""
 
     shape: tuple
     impls: dict[str, ImplTiming]
@@ -310,6 +311,7 @@ class ShapeTiming:
     flops: float | None = None
     bytes: float | None = None
     clone: dict | None = None
+    matmul: dict | None = None  # the device's matmul rate at a compute-bound shape (`timing.device_matmul_rate`)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
     keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 

@@ -299,6 +299,57 @@ def device_copy_rate(torch, clock, plan: TimingPlan) -> dict:
     return _DEVICE_COPY[key]
 
 
+MATMUL_N = 8192  # the square torch.matmul that measures a device's dense matmul rate (1.1 TFLOP a call)
+COMPUTE_BOUND = 64.0  # FLOP per byte moved: a shape at least this intense is read against the matmul rate too
+_DEVICE_MATMUL: dict[tuple, dict | None] = {}
+
+
+def compute_bound(flops: float | None, nbytes: float | None) -> bool:
+    """Whether a shape is intense enough that the device's matmul rate, not its copy rate, bounds it."""
+    return bool(flops) and bool(nbytes) and flops / nbytes >= COMPUTE_BOUND
+
+
+def device_matmul_rate(torch, clock, dtype: str, plan: TimingPlan) -> dict | None:
+    """The dense matmul rate the device reaches alone in `dtype`: torch.matmul (cuBLAS) of two
+    MATMUL_N x MATMUL_N matrices of random values, timed as the copy is, once per process, dtype and
+    method; the compute roofline of a dot kernel (matmul, attention), as the clone is a memory-bound
+    kernel's. {"tflops", "median_ms", "n", "dtype", "method"}; None for a dtype that is not floating
+    point or matrices that do not fit in a quarter of the free memory."""
+    key = (torch.cuda.current_device(), dtype, plan.use_graphs)
+    if key not in _DEVICE_MATMUL:
+        from loop.common.stats import summarize
+
+        kind = getattr(torch, dtype, None)
+        n = MATMUL_N
+        if not isinstance(kind, torch.dtype) or not kind.is_floating_point:
+            _DEVICE_MATMUL[key] = None
+            return None
+        size = n * n * torch.empty((), dtype=kind).element_size()
+        if 3 * size > torch.cuda.mem_get_info()[0] // 4:
+            _DEVICE_MATMUL[key] = None
+            return None
+        a, b = (torch.randn(n, n, device="cuda").to(kind) for _ in range(2))
+        c = torch.empty(n, n, dtype=kind, device="cuda")
+        res = time_gpu(torch, clock, {"torch.matmul": lambda j: torch.matmul(a, b, out=c)}, 1,
+                       TimingPlan(5, max(10, plan.max_reps // 2), plan.budget_s / 2, plan.use_graphs))
+        median = summarize(res.samples_ms["torch.matmul"]).median_ms
+        del a, b, c
+        torch.cuda.empty_cache()
+        _DEVICE_MATMUL[key] = {"tflops": 2 * n ** 3 / (median / 1e3) / 1e12, "median_ms": median, "n": n,
+                               "dtype": dtype, "method": res.method}
+    return _DEVICE_MATMUL[key]
+
+
+def add_matmul_fractions(entry: dict) -> None:
+    """Each implementation's fraction of the device's matmul rate (`entry["matmul"]`), where both are known."""
+    rate = (entry.get("matmul") or {}).get("tflops")
+    if not rate:
+        return
+    for impl in entry["impls"].values():
+        if impl.get("tflops"):
+            impl["frac_matmul"] = impl["tflops"] / rate
+
+
 def in_units(samples_ms: list[float], flops: float, nbytes: float) -> dict:
     """One implementation's samples at one shape: their summary, and GB/s and TFLOP/s at the median."""
     from loop.common.stats import summarize

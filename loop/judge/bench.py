@@ -87,6 +87,9 @@ class Bench:
             why = corroborate.beyond_copy(checked, (entry["clone"] or {}).get("gbps")) if corroboration["ok"] else None
             if why:
                 entry["corroboration"] = {**corroboration, "ok": False, "reason": why}
+            if timing.compute_bound(flops, nbytes):  # a dot kernel's roofline: the device's matmul rate, same run
+                entry["matmul"] = timing.device_matmul_rate(torch, self.harness.clock, dtype, plan)
+                timing.add_matmul_fractions(entry)
         return entry
 
     def method(self, prepared: dict, nsets: int, most: int, plan: timing.TimingPlan,

@@ -23,7 +23,7 @@ from loop.records.results import BackendResult
 
 CPU_TIMING = {"min_reps": 5, "max_reps": 15, "budget_s": 0.5}  # the interpreter: few, short rounds
 SUMMARY_KEYS = ("median_ms", "iqr_ms", "rel_std", "min_ms", "max_ms", "nrep", "peak_mem_mb", "gbps", "tflops", "frac_clone_bw",
-                "tuned")  # tuned: the configs a run-time tuner picked for this shape in the timing process
+                "frac_matmul", "tuned")  # tuned: the configs a run-time tuner picked for this shape in the timing process
 
 
 @dataclass
@@ -73,6 +73,8 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
             inc.append(impls["incumbent"].median_ms)
         if s.clone:
             entry["clone_gbps"] = s.clone["gbps"]
+        if s.matmul:
+            entry["matmul"] = s.matmul
         if raw.get("isolation"):  # the boundary around the kernel processes that timed it (`loop.judge.fork`)
             entry["isolation"] = raw["isolation"]
         shapes.append(entry)

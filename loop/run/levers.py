@@ -1,8 +1,8 @@
 """Big levers first: what the playbook's order reads from a run before it proposes anything.
 
 The best version's distance to its roofline (its fraction of the same-run clone bandwidth at the
-largest benchmark shape, measured by the judge beside it) and the experience of the run's timing
-lane make the `Analysis` that `playbook.ranked` orders candidates by (`playbook/analysis.py`: levers
+largest benchmark shape, a dot kernel's of the device's matmul rate, measured by the judge beside
+it) and the experience of the run's timing lane make the `Analysis` that `playbook.ranked` orders candidates by (`playbook/analysis.py`: levers
 by the share of the gap they are expected to close, hints by a few percent). Nothing here measures:
 it reads the records the run already has.
 """
@@ -29,13 +29,17 @@ class Roofline:
         return {"fraction": round(self.fraction, 4), "basis": self.basis}
 
 
-def roofline(record: Record | None, backend: str) -> Roofline | None:
+def roofline(record: Record | None, backend: str, compute: bool = False) -> Roofline | None:
     """The record's fraction of the same-run clone bandwidth at its largest benchmark shape (by bytes
-    moved), None where it has none: a CPU run (no clone), an external harness, a failed measurement."""
+    moved), None where it has none: a CPU run (no clone), an external harness, a failed measurement.
+    `compute` (a dot kernel): its fraction of the device's matmul rate at its largest compute-bound
+    shape (by flops), measured by the judge in the same run (`timing.device_matmul_rate`)."""
     if record is None or backend not in record.backends:
         return None
     result = record.backends[backend]
     label = "baseline" if record.iteration == 0 else "candidate"
+    if compute:
+        return _compute_roofline(result.shapes, label)
     shapes = [s for s in result.shapes if isinstance(s.get(label), dict) and s[label].get("frac_clone_bw")]
     if not shapes:
         return None
@@ -48,6 +52,22 @@ def roofline(record: Record | None, backend: str) -> Roofline | None:
              + f" at {largest['shape']} {largest.get('dtype', '')}".rstrip())
     if frac > 1.0:
         basis += " (above 1: the clone under-measured the copy rate; read as at the roofline)"
+    return Roofline(min(frac, 1.0), basis)
+
+
+def _compute_roofline(shapes: list[dict], label: str) -> Roofline | None:
+    """A dot kernel's fraction of the device's matmul rate at its largest compute-bound shape, by flops."""
+    shapes = [s for s in shapes if isinstance(s.get(label), dict) and s[label].get("frac_matmul") and s.get("matmul")]
+    if not shapes:
+        return None
+    largest = max(shapes, key=lambda s: (s.get("flops") or 0, shapes.index(s)))
+    frac, rate = float(largest[label]["frac_matmul"]), largest["matmul"]
+    if not math.isfinite(frac) or frac <= 0:
+        return None
+    basis = (f"{frac:.2f} of the device's matmul rate ({rate['tflops']:.0f} TFLOP/s, torch.matmul {rate['n']}^3 "
+             f"{rate['dtype']}, same run) at {largest['shape']} {largest.get('dtype', '')}".rstrip())
+    if frac > 1.0:
+        basis += " (above 1: faster than that matmul, e.g. a cheaper precision; read as at the roofline)"
     return Roofline(min(frac, 1.0), basis)
 
 
@@ -100,14 +120,15 @@ def analysis_of(run, src: str) -> tuple[Analysis, Roofline | None]:
     the run, and the best version's measured distance to its roofline with the lane's experience."""
     arch = None if run.arch == "cpu" else run.arch
     an = analyze(src, backend=run.state.target_backend, arch=arch, entry=run.entry())
-    where = None if run.state.harness or not memory_bound(an) else roofline(best_record(run), run.state.target_backend)
+    where = None if run.state.harness else roofline(best_record(run), run.state.target_backend, not memory_bound(an))
     return with_levers(an, where, run.state.target_backend, arch), where
 
 
 def memory_bound(an: Analysis) -> bool:
     """Whether the clone bandwidth is the kernel's roofline: not for a dot kernel (matmul, attention),
-    whose roofline is the device's tensor-core rate; the run measures none, so a dot kernel keeps the
-    playbook's static order rather than a headroom read off the wrong roofline."""
+    whose roofline is the device's matmul rate, which the judge measures beside its compute-bound
+    shapes; where a run has none (a CPU run, an older record), a dot kernel keeps the playbook's static
+    order rather than a headroom read off the wrong roofline."""
     return an.kernel_class != "dot"
 
 

@@ -72,6 +72,10 @@ def final_rows(raw: dict) -> dict:
             row[f"{name} (ms)"] = f"{t:.6f}" if t else f"{ref['status']}: {ref['reason']}"[:160]
             row[f"vs {name}"] = f"{t / b:.2f}x" if t else "n/a"
         row["best, fraction of clone bandwidth"] = f"{im['best']['frac_clone_bw']:.2f}" if im["best"].get("frac_clone_bw") else "n/a"
+        if im["best"].get("frac_matmul") and (s.get("matmul") or {}).get("tflops"):  # a compute-bound shape
+            rate = s["matmul"]
+            row["best, fraction of the device's matmul rate"] = (
+                f"{im['best']['frac_matmul']:.2f} (torch.matmul {rate['n']}^3 {rate['dtype']}: {rate['tflops']:.0f} TFLOP/s)")
         if (s.get("clone") or {}).get("above_one"):  # why a fraction of the clone is above 1 (`timing.above_one`)
             row["clone note"] = s["clone"]["above_one"]
         notes = compile_notes(im.get("torch_compile", {}))
