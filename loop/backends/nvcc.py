@@ -1,26 +1,19 @@
 """`nvcc`: CUDA C targets (a `.cu` file with `extern "C" void solve(...)`), built by nvcc into a shared
 library and called through ctypes, on a CUDA GPU. Its builds need no GPU (`tileloop compile`,
-`tileloop check`, the compile gate); its judged timing is not written yet, so a run cannot pick it.
+`tileloop check`, the compile gate); its judged timing needs a GPU and an nvcc (the kernel process
+builds each implementation for the device's architecture, `loop.worker.cuda_build`).
 
-How a target will be timed follows its form (`loop.common.cuda_c.solve_form`, `timing`): the seed
-skill's solve synchronises, so it is timed eagerly, call by call; the stream form launches on the
-stream it is given and can be captured in a CUDA graph, as the other languages' kernels are."""
+How a target is timed follows its form (`loop.common.cuda_c.timed_form`, `timing`): the seed
+skill's solve synchronises, so it is timed eagerly, call by call (the judge's choice,
+`loop.judge.choose_forms`); the stream form launches on the stream it is given and is captured in a
+CUDA graph, as the other languages' kernels are."""
 
 from __future__ import annotations
 
 from loop.backends.base import Availability, Backend, cuda_missing
-from loop.common import cuda_c
+from loop.common import cuda_c, nvcc
 
-NOT_JUDGED = ("CUDA C targets are built and checked (tileloop compile, tileloop check) but not yet timed by the judge: "
-              "no run decides on nvcc")
-
-
-TIMING = {
-    cuda_c.SYNCHRONISING: "timed eagerly: solve synchronises (it takes no cudaStream_t, so it launches on the default "
-                          "stream and may call cudaDeviceSynchronize), and no CUDA graph can capture it",
-    cuda_c.STREAM: "the stream form: solve launches on the cudaStream_t it is given, so it can be captured in a CUDA "
-                   "graph and timed as the other languages' kernels are",
-}
+TIMING = cuda_c.TIMING  # form -> how it is timed, and why (the judge's note reads the same text)
 
 
 def timing(form: str) -> str:
@@ -29,9 +22,13 @@ def timing(form: str) -> str:
 
 
 def check(probe: dict) -> Availability:
+    """Available where a CUDA device is visible and the probe found an nvcc (its fingerprint's
+    `nvcc_release`); otherwise unavailable with what is missing and what installs it."""
     if (bad := cuda_missing(probe)) is not None:
         return bad
-    return Availability(False, NOT_JUDGED)
+    if not probe.get("nvcc_release"):
+        return Availability(False, nvcc.why_none())
+    return Availability(True)
 
 
 NVCC = Backend("nvcc", "cuda", "cuda", (), ("TRITON_INTERPRET",), check, "gpu")

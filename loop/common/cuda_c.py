@@ -41,6 +41,13 @@ SCALAR_KINDS = {
 QUALIFIERS = ("const", "__restrict__", "__restrict", "restrict", "volatile")
 STREAM_TYPES = ("cudaStream_t", "CUstream")
 SYNCHRONISING, STREAM = "synchronising", "stream"  # the two forms of solve
+# how a target of each form is timed, and why (the judge's note, the spec's text, `tileloop check`)
+TIMING = {
+    SYNCHRONISING: "timed eagerly: solve synchronises (it takes no cudaStream_t, so it launches on the default "
+                   "stream and may call cudaDeviceSynchronize), and no CUDA graph can capture it",
+    STREAM: "the stream form: solve launches on the cudaStream_t it is given, so it can be captured in a CUDA "
+            "graph and timed as the other languages' kernels are",
+}
 # what no CUDA graph can capture in a stream form's solve
 _DEVICE_SYNC = re.compile(r"\b(cudaDeviceSynchronize|cudaStreamSynchronize|cudaThreadSynchronize|cudaMemcpy|cudaMalloc|"
                           r"cudaFree)\s*\(")
@@ -173,6 +180,16 @@ def solve_form(source: str, shown: str = "the target") -> str:
                             f"{stream.name} but launches <<<{', '.join(config)}>>> on the default stream",
                             hint=f"launch on the stream given: <<<grid, block, shared_bytes, {stream.name}>>>")
     return STREAM
+
+
+def timed_form(source: str, shown: str = "the target") -> str:
+    """The form a target is timed by: `solve_form`'s, where a stream form that breaks its rules (or a
+    source without solve) is SYNCHRONISING: called as it is and timed eagerly, never captured in a
+    CUDA graph (`tileloop check` names what it breaks, at its line)."""
+    try:
+        return solve_form(source, shown)
+    except UserError:
+        return SYNCHRONISING
 
 
 def _split(inner: str) -> list[str]:

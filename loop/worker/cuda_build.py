@@ -11,13 +11,16 @@ architectures (one folder per key, written whole or not at all). No GPU is neede
 library is opened here to prove that it exports `solve` (its CUDA runtime starts only when called).
 
 The load (`load_target`): a module whose `solve(**inputs)` (also `run`) builds or takes from the
-cache the library for the current device's architecture and calls it through `Entry`: `solve`
+cache the library for the current device's architecture (at its first call, or when the kernel
+process loads it: `_Solve.prepare`) and calls it through `Entry`: `solve`
 bound by ctypes (`bind`, its argument types from the C signature), called with the inputs by name
 (`arguments`): each tensor's data pointer after checking it (the parameter's dtype, contiguous, on the
 device), each scalar's value after checking it against its C type, and for the stream form the
 current torch stream; every mismatch named in one line. `Entry` runs a host-only library on CPU
 tensors the same way (how the tests exercise it without a GPU); only the build for the device's
-architecture and the call of device code need one.
+architecture and the call of device code need one. `_Solve` keeps what the backend's proof reads
+(`loop.worker.proof`): the build it called (library, architectures, key) and how many calls ran;
+its `__call__` is the language's launch hook, where a kernel process records launches.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop.common import cuda_c, nvcc
-from loop.common.errors import UserError
 
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-lineinfo", "-Xptxas", "-v")
 LIBRARY = "solve.so"
@@ -307,17 +309,32 @@ class Entry:
 
 class _Solve:
     """`solve(**inputs)`: the target's entry point, called with the spec's inputs by name; built (or
-    taken from the cache) for the current device's architecture at the first call."""
+    taken from the cache) for the current device's architecture at the first call, or before it
+    (`prepare`). Named `solve` of its target's module (`__name__`, `__module__`), as a launch
+    recorder names the kernels it sees; `built` and `calls` are what the backend's proof reads."""
 
-    def __init__(self, path: Path, params: list[cuda_c.Param], form: str):
+    def __init__(self, path: Path, params: list[cuda_c.Param], form: str, module: str = ""):
         self.path, self.params, self.form = path, params, form
+        self.__name__, self.__module__ = cuda_c.ENTRY, module
         self.dry = False  # True: check the arguments and call nothing (no GPU is needed)
+        self.built: Build | None = None  # the library the calls go to
+        self.calls = 0  # calls that reached the library and returned
         self._entry: Entry | None = None
+
+    def prepare(self, arch: str) -> Build:
+        """Build (or take from the cache) the library for `arch` ("sm_90") and bind its solve."""
+        return self.attach(build(self.path, [arch], shown=self.path.name), "cuda")
+
+    def attach(self, built: Build, device: str) -> Build:
+        """Call `built`'s library from now on, with tensors on `device`."""
+        self._entry = Entry(built.library, self.params, device)
+        self.built = built
+        return built
 
     def _bound(self, torch) -> Entry:
         if self._entry is None:
             major, minor = torch.cuda.get_device_capability()
-            self._entry = Entry(build(self.path, [f"sm_{major}{minor}"]).library, self.params, "cuda")
+            self.prepare(f"sm_{major}{minor}")
         return self._entry
 
     def __call__(self, **inputs) -> None:
@@ -326,16 +343,14 @@ class _Solve:
         if self.dry:  # the compile gate: the spec's inputs checked against the parameters, nothing run
             arguments(torch, self.params, inputs, None)
             return
-        self._bound(torch)(**inputs)  # on a GPU only
+        self._bound(torch)(**inputs)  # on a GPU (a host-only library attached: on the CPU)
+        self.calls += 1
 
 
 def form_of(source: str, shown: str) -> str:
     """SYNCHRONISING (timed eagerly) or STREAM (graph-capturable); a stream form that breaks its rules
     is called as it is, like the synchronising one (`tileloop check` names what it breaks, at its line)."""
-    try:
-        return cuda_c.solve_form(source, shown)
-    except UserError:
-        return cuda_c.SYNCHRONISING
+    return cuda_c.timed_form(source, shown)
 
 
 def load_target(name: str, path: Path) -> types.ModuleType:
@@ -347,6 +362,6 @@ def load_target(name: str, path: Path) -> types.ModuleType:
     module.__file__ = str(path)
     module.SIGNATURE = params
     module.FORM = form_of(source, path.name)
-    module.solve = module.run = _Solve(path, params, module.FORM)
+    module.solve = module.run = _Solve(path, params, module.FORM, name)
     module.build = lambda archs: build(path, archs, shown=path.name)
     return module

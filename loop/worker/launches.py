@@ -1,7 +1,8 @@
 """Which of the target's code ran: the launch paths of Triton (`JITFunction.run`, and the
 interpreter's `InterpretedFunction.run`; autotuners and heuristics end there), cuTile
-(`cuda.tile.launch`) and TileLang (a `@tilelang.jit` kernel called, `JITImpl.__call__`: it compiles
-the kernel, and in the eager form runs it) are watched while the checks run, and the target's own
+(`cuda.tile.launch`), TileLang (a `@tilelang.jit` kernel called, `JITImpl.__call__`: it compiles
+the kernel, and in the eager form runs it) and any other language's launch hook, its registry entry's
+(CUDA C: its `solve` called, which launches its kernels) are watched while the checks run, and the target's own
 kernels (defined in its module) that launched are recorded by name; so are the target's host
 functions that were called (its module's functions and the methods of its classes, wrapped for the
 time of the checks).
@@ -32,6 +33,15 @@ def _name_of(fn) -> tuple[str | None, str | None]:
             break
         fn = inner
     return getattr(fn, "__name__", None), getattr(fn, "__module__", None)
+
+
+def _hook(language: str) -> tuple[object, str]:
+    """(owner, attribute) of the language's launch hook (`module:Class.method` or `module:function`)."""
+    from loop.common.language import get_language, resolve
+
+    module, _, attrs = get_language(language).launch_hook.partition(":")
+    owner, _, attr = attrs.rpartition(".")
+    return resolve(f"{module}:{owner}"), attr
 
 
 class LaunchRecorder(contextlib.AbstractContextManager):
@@ -133,6 +143,16 @@ class LaunchRecorder(contextlib.AbstractContextManager):
                 return launch
 
             self._patch(ct, "launch", wrapped_launch)
+        else:  # any other language (CUDA C): the call its registry entry names, the kernel or entry point first
+            owner, attr = _hook(self.language)
+
+            def wrapped_hook(real):
+                def hook(first, *args, **kwargs):
+                    recorder._record(first)
+                    return real(first, *args, **kwargs)
+                return hook
+
+            self._patch(owner, attr, wrapped_hook)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,10 +1,12 @@
 """Proof of which backend really compiled the kernels (Triton's JIT caches name their target, cuTile
-compiles are recorded as they happen), and the per-backend hooks a job installs before the target
-is imported."""
+compiles are recorded as they happen, a CUDA C target's solve keeps the library nvcc built for the
+device and its calls), and the per-backend hooks a job installs before the target is imported."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
 
@@ -43,8 +45,43 @@ def watch_cutile_compiles() -> None:
     _execution.kernel._compile = compile_and_record
 
 
-def backend_proof(modules: dict[str, Any], backend: str) -> dict:
-    """What actually compiled the kernels: the targets and IR kinds in Triton's JIT caches."""
+def nvcc_proof(modules: dict[str, Any], arch: str | None) -> dict:
+    """What ran a CUDA C target's kernels: for each target loaded (a module whose `solve` keeps its
+    build, `loop.worker.cuda_build._Solve`), the shared library nvcc built for this device's `arch`
+    ("sm_90"; None: no CUDA device), its build key and the hash of its bytes, and how many calls of
+    solve returned. `ok` only where every target's library exists, was built for `arch` and was
+    called at least once."""
+    solves = {name: module.solve for name, module in modules.items()
+              if hasattr(getattr(module, "solve", None), "built") and hasattr(module.solve, "calls")}
+    if not solves:
+        return {"ran": "unknown", "ok": False, "detail": "no CUDA C target loaded: no solve built by nvcc"}
+    problems, seen = [], []
+    for name, solve in solves.items():
+        built = solve.built
+        if built is None:
+            problems.append(f"{name}: no library built (solve never bound)")
+            continue
+        library = Path(built.library)
+        digest = hashlib.sha256(library.read_bytes()).hexdigest()[:16] if library.is_file() else None
+        seen.append(f"{name}: {library.name} for {','.join(built.archs)} key={built.key} sha256={digest} "
+                    f"calls={solve.calls}")
+        if digest is None:
+            problems.append(f"{name}: the library {library} is gone")
+        if arch is None or arch not in built.archs:
+            problems.append(f"{name}: built for {','.join(built.archs)}, not for this device's "
+                            f"{arch or '(no CUDA device)'}")
+        if solve.calls < 1:
+            problems.append(f"{name}: solve was never called")
+    ok = not problems
+    return {"ran": "nvcc" if ok else "unknown", "ok": ok,
+            "detail": "; ".join(problems + seen if problems else seen)[:800]}
+
+
+def backend_proof(modules: dict[str, Any], backend: str, arch: str | None = None) -> dict:
+    """What actually compiled the kernels: the targets and IR kinds in Triton's JIT caches (for
+    "nvcc": `nvcc_proof` on this device's `arch`)."""
+    if backend == "nvcc":
+        return nvcc_proof(modules, arch)
     if backend == "interpreter":
         return {"ran": "interpreter", "ok": os.environ.get("TRITON_INTERPRET") == "1", "detail": "TRITON_INTERPRET=1"}
     if backend == "cutile":

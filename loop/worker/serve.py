@@ -11,7 +11,8 @@ candidate cannot reach the incumbent it is timed against). Requests (`op`) and a
 object each:
   load     spec, implementation, backend -> {labels}            (an import failure is a compile error; the
            implementation's own Triton cache taken first: `loop.common.namespaces.own_triton_cache`,
-           its cuTile tuning results kept there: `loop.worker.cutile_tune`)
+           its cuTile tuning results kept there: `loop.worker.cutile_tune`; a target that is not Python
+           loaded by its language's `load`, a CUDA C one built there for this device: `cuda_build`)
   arena    open an arena the judge made / drop one it is freeing
   call     one call on inputs in an arena; outputs copied into the judge's slots
   record   launch recording on or off -> {launched, called} when off
@@ -23,9 +24,12 @@ object each:
            interleaves the processes' requests and times each on its own clock; an audited sample
            also says where the outputs of the set it used are (`audit`)
   tuned    the configs a run-time tuner picked while timed
-  proof    which backend compiled the kernels
+  proof    which backend compiled the kernels (for nvcc: the library built for this device, and called)
 A kernel's failure answers {"failure": {status, label, message, detail}}; the spec's or tileloop's
 own answers {"error": {status, message, detail}}.
+
+Launches are recorded through each implementation's language's launch hook (its registry entry,
+`loop.common.language`: a `.cu` file's language by its suffix, any other by the backend that runs it).
 
 Timer tampering: the timing functions are captured before any kernel code is imported, and the
 process checks after each stage (import, correctness, timing) that the target has not replaced them
@@ -42,6 +46,7 @@ from typing import Any
 
 from loop.common import arena, ipc, timing
 from loop.common.channel import Channel, ChannelClosed
+from loop.common.language import LANGUAGES
 from loop.common.namespaces import own_triton_cache
 from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
@@ -83,6 +88,7 @@ class KernelSide:
         self.device = self.backend = None
         self.spec: Spec | None = None
         self.modules: dict[str, Any] = {}
+        self.languages: dict[str, str] = {}  # label -> the language whose launch hook records its launches
         self.arenas: dict[str, Any] = {}
         self.recorders: dict[str, LaunchRecorder] = {}
         self.sampler: Sampler | None = None
@@ -131,6 +137,10 @@ class KernelSide:
         for impl in msg["impls"]:
             label = impl["label"]
             self.modules[label] = call_impl(label, "import", load_module, f"tileloop_impl_{label}", Path(impl["path"]))
+            self.languages[label] = language_of(Path(impl["path"]), self.backend, self.device)
+            if self.device == "cuda" and callable(prepare := getattr(getattr(self.modules[label], "solve", None),
+                                                                     "prepare", None)):
+                call_impl(label, "import", prepare, device_arch(torch))  # a CUDA C build: its failure a compile error
         for provider in msg.get("torch_providers", []):
             self.modules[provider] = torch_provider(torch, self.spec, provider)
         answer: dict = {}
@@ -197,8 +207,7 @@ class KernelSide:
     def record(self, msg: dict) -> dict:
         label = msg["label"]
         if msg["on"]:
-            language = "cutile" if self.backend == "cutile" else "triton"
-            self.recorders[label] = LaunchRecorder(self.modules[label], language).__enter__()
+            self.recorders[label] = LaunchRecorder(self.modules[label], self.language(label)).__enter__()
             return {}
         rec = self.recorders.pop(label)
         rec.__exit__(None, None, None)
@@ -211,7 +220,7 @@ class KernelSide:
         sets = [self.inputs(s) for s in msg["sets"]]
         self.tuned_before = tuned_configs(self.modules[label])
         if self.counter is None and isinstance(self.modules[label], ModuleType):
-            self.counter = LaunchRecorder(self.modules[label], "cutile" if self.backend == "cutile" else "triton",
+            self.counter = LaunchRecorder(self.modules[label], self.language(label),
                                           host=False).__enter__()  # on for the rest of this process
         self.sampler = Sampler(self.torch, self.clock, self.device, label, self.spec.entry(self.modules[label]), sets)
         return self.sampler.prepare()
@@ -250,6 +259,10 @@ class KernelSide:
     def launches(self) -> int:
         return self.counter.count if self.counter is not None else 0
 
+    def language(self, label: str) -> str:
+        """The language whose launch hook records `label`'s launches (a stand-in's: the backend's)."""
+        return self.languages.get(label) or language_of(None, self.backend, self.device)
+
     def tuned(self, msg: dict) -> dict:
         """The configs a run-time tuner picked during the timing, and the timer watch."""
         check_tamper(self.torch, self.watch, "timing")
@@ -257,8 +270,24 @@ class KernelSide:
         return {"tuned": {k: v for k, v in tuned_configs(self.modules[label]).items() if k not in self.tuned_before}}
 
     def proof(self, msg: dict) -> dict:
+        arch = device_arch(self.torch) if self.device == "cuda" else None
         return {"proof": backend_proof({k: v for k, v in self.modules.items() if not isinstance(v, SimpleNamespace)},
-                                       self.backend)}
+                                       self.backend, arch)}
+
+
+def device_arch(torch) -> str:
+    """The current CUDA device's architecture, as nvcc names it ("sm_90")."""
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def language_of(path: Path | None, backend: str, device: str) -> str:
+    """The language of an implementation, from the registry: a file that is not Python by its suffix
+    (`.cu`: CUDA C), any other by the backend that runs it (the language whose entry lists it for the
+    device); Triton where none does."""
+    by_file = next((e.name for e in LANGUAGES.values()
+                    if path is not None and e.suffix != ".py" and path.name.endswith(e.suffix)), None)
+    return by_file or next((e.name for e in LANGUAGES.values() if backend in e.backends.get(device, ())), "triton")
 
 
 def torch_provider(torch, spec, name: str):
