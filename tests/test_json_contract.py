@@ -250,11 +250,13 @@ def test_suggestions_skip_keys_the_run_tried_and_sources_it_measured(kernel_repo
     # one candidate tried by key; another's exact source measured as an agent's hand edit (no key)
     source = next(c.source for c in ranked((kernel_repo / TARGET).read_text(), analyze((kernel_repo / TARGET).read_text()),
                                            [], []) if c.key == by_hand)
-    state.tried.append(tried)
-    st.save(kernel_repo, state)
-    edit = Record(run=RUN, iteration=1, optimization="my own edit", status="revert", correctness="PASS", latency_ms=None,
+    by_key = Record(run=RUN, iteration=1, optimization="a candidate", status="revert", correctness="PASS", latency_ms=None,
+                    target_backend="interpreter", backends={}, commit=None, parent=state.best_commit, recipe=tried,
+                    decision=Decision("revert", "no_gain", "no gain"))  # its record names its key: tried
+    edit = Record(run=RUN, iteration=2, optimization="my own edit", status="revert", correctness="PASS", latency_ms=None,
                   target_backend="interpreter", backends={}, commit=None, parent=state.best_commit,
                   source_hash=source_hash(source))
+    append_record(exp.results_path, by_key)
     append_record(exp.results_path, edit)
     later = suggest.suggestions(open_run(None, settings), limit=5)
     assert tried not in keys(later) and by_hand not in keys(later)

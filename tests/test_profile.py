@@ -24,6 +24,7 @@ from loop import cli
 from loop.tools import ncu, profile
 from loop.measure import probe as probe_mod
 from loop.common import settings as settings_mod
+from loop.records.results import Record, append_record
 from loop.run import state as st
 from playbook.analysis import CUTILE_PRIORITY, TRITON_PRIORITY, analyze, kernel_names
 
@@ -309,6 +310,10 @@ def start_fake_run(root: Path) -> st.RunState:
                         seed=0, env={}, untracked_at_start=[], policy={}, best_commit=head, last_iteration=0)
     st.save(root, state)
     st.set_current(root, state.run_id)
+    # its baseline recorded: the run's best commit is the records' to say
+    append_record(st.results_path(root, state.run_id), Record(
+        run=state.run_id, iteration=0, optimization="baseline", status="keep", correctness="PASS", latency_ms=None,
+        target_backend="interpreter", backends={}, commit=head, parent=None))
     return state
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from loop.cli import main
 from loop.records.results import Record
+from loop.run import state as st
 
 
 @pytest.mark.slow  # whole runs under the Triton interpreter
@@ -165,7 +166,7 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
 
     def states():
         found = [p for t in trees.values() for p in (t / "sandbox").glob("suite-*/state.json")]
-        return [json.loads(p.read_text()) for p in found]
+        return [st.view(p.parent.parent.parent, p.parent.name) for p in found]
 
     deadline = time.monotonic() + 600
     while not (len(states()) == 2 and all(s["last_iteration"] >= 0 for s in states())):
@@ -174,7 +175,7 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     owner = {s["target"]: g for g, t in trees.items() for s in
-             [json.loads(p.read_text()) for p in (t / "sandbox").glob("suite-*/state.json")]}
+             [st.view(t, p.parent.name) for p in (t / "sandbox").glob("suite-*/state.json")]}
     assert sorted(owner) == sorted(targets)
 
     assert main([*args, "--resume", "--json"]) == 0
@@ -185,7 +186,7 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
         run_dir = trees[e["gpu"]] / "sandbox" / e["run"]
         recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines()]
         assert [r.iteration for r in recs] == list(range(len(recs))) and len(recs) == 3  # baseline + 2, none twice
-        state = json.loads((run_dir / "state.json").read_text())
+        state = st.view(run_dir.parent.parent, run_dir.name)
         assert state["inflight"] is None and state["stopped"]["state"] == "stop"
         assert git(tmp_path, "rev-parse", f"tileloop/{e['run']}").strip() == state["best_commit"]
     # a second --resume finds the runs finished and runs nothing. An entry holding a final measurement
@@ -245,7 +246,7 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     def mid_experiment() -> bool:  # committed and not yet decided: a kill there is recorded as interrupted
         if not state_path.is_file():
             return False
-        state = json.loads(state_path.read_text())
+        state = st.view(kernel_repo, state_path.parent.name)
         return state["last_iteration"] >= 1 and (state["inflight"] or {}).get("stage") in ("commit", "verify", "measure")
 
     while not mid_experiment():

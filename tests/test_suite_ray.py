@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from loop.cli import main
-from loop.records.results import Record
+from loop.records.results import Record, append_record
+from loop.run import state as st
 
 pytestmark = [pytest.mark.slow]
 pytest.importorskip("ray")
@@ -46,7 +47,7 @@ def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_
     for run, e in first.items():
         assert "error" not in e and e["node"] == socket.gethostname() and e["iterations"] == 0, (e, out.err[-3000:])
         run_dir = tmp_path / "sandbox" / run  # where a suite without --gpus keeps a run's records
-        state = json.loads((run_dir / "state.json").read_text())
+        state = st.view(run_dir.parent.parent, run_dir.name)
         assert state["last_iteration"] == 0 and state["inflight"]["iteration"] == 1
         assert [r.iteration for r in _records(run_dir / "results.jsonl")] == [0]
         # the run's snapshot of the git files (put back before each step) is this repository's, not the clone's
@@ -83,7 +84,7 @@ def test_ray_suite_comes_back_as_local_and_a_killed_run_resumes(tmp_path, clean_
         # (as interrupted: it counts against --max-iters 1), and the run stopped
         assert [r.iteration for r in recs] == [0, 1] and recs[1].optimization.endswith("(interrupted)")
         assert recs[0].latency_ms == first[e["run"]]["baseline_ms"] and recs[0].commit == created[e["run"]][1]
-        state = json.loads((run_dir / "state.json").read_text())
+        state = st.view(run_dir.parent.parent, run_dir.name)
         assert state["created"] == created[e["run"]][0]
         assert state["inflight"] is None and state["stopped"]["state"] == "stop" and e["iterations"] == 1
         branch = f"tileloop/{e['run']}"
@@ -159,7 +160,12 @@ def test_after_a_driver_kill_resume_sends_what_came_back_and_starts_the_rest(tmp
     for target, state in states.items():
         run_dir = tmp_path / "sandbox" / run_id_of(target)
         run_dir.mkdir(parents=True)
+        last = state.pop("last_iteration")  # what a run recorded is its records' to say
         (run_dir / "state.json").write_text(json.dumps(state))
+        for n in range(last + 1):
+            append_record(run_dir / "results.jsonl", Record(
+                run=run_id_of(target), iteration=n, optimization="a change", status="keep" if n == 0 else "revert",
+                correctness="PASS", latency_ms=None, target_backend="interpreter", backends={}, commit="0" * 40, parent=None))
     git(tmp_path, "branch", f"tileloop/{run_id_of(targets[2])}")
     whole = {"schema": "tileloop.suite-entry/1", "run": run_id_of(TARGETS[1]), "target": TARGETS[1], "iterations": 2,
              "final": [{"shape": "1024", "dtype": "float32", "best (ms)": "0.5"}]}
@@ -292,7 +298,7 @@ def test_a_task_lost_with_its_process_resumes_from_its_last_checkpoint(tmp_path,
     assert [r.iteration for r in recs] == [0, 1, 2], said[-3000:]  # none lost, none twice
     # the baseline and iteration 1 are those that came back before the kill, not run again
     assert (run_dir / "results.jsonl").read_text().startswith(came_back) and len(_records_text(came_back)) == 2
-    state = json.loads((run_dir / "state.json").read_text())
+    state = st.view(run_dir.parent.parent, run_dir.name)
     assert state["last_iteration"] == 2 and state["inflight"] is None and state["stopped"]["state"] == "stop"
     assert git(tmp_path, "rev-parse", f"tileloop/{run}").strip() == state["best_commit"]
     for r in recs:  # every experiment's commit came back into this repository
@@ -372,7 +378,7 @@ def test_a_task_whose_node_dies_resumes_from_its_last_checkpoint_on_another_node
     recs = _records(run_dir / "results.jsonl")
     assert [r.iteration for r in recs] == [0, 1, 2], said[-3000:]  # none lost, none twice
     assert (run_dir / "results.jsonl").read_text().startswith(came_back) and len(_records_text(came_back)) == 2
-    state = json.loads((run_dir / "state.json").read_text())
+    state = st.view(run_dir.parent.parent, run_dir.name)
     assert state["last_iteration"] == 2 and state["inflight"] is None and state["stopped"]["state"] == "stop"
     for r in recs:  # every experiment's commit came back into this repository
         assert git_type(tmp_path, r.commit) == "commit"

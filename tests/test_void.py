@@ -183,7 +183,7 @@ def test_records_and_branch_rewritten_while_measured_are_put_back(run):
         assert what in record.decision.reason
     assert exp.results_path.read_bytes().startswith(results_before) and len(exp.records()) == 2
     assert gitops.current_branch(repo) == "tileloop/r" and gitops.ref_sha(repo, f"refs/tileloop/r/{record.iteration}")
-    assert json.loads(st.state_path(repo, "r").read_text())["best_commit"] == best
+    assert st.load(repo, "r").best_commit == best
     fresh = open_run("r", Settings(judge_host=False), log=lambda line: None)
     fresh.check_records()  # what is on disk now is what tileloop wrote
 
@@ -216,7 +216,7 @@ def test_records_changed_between_steps_are_refused(run):
     edit(repo, 1024)
     with pytest.raises(IntegrityError, match=r"changed outside tileloop .*state\.json"):
         evaluate(open_run("r", Settings(judge_host=False), log=lambda line: None), "BLOCK 128 -> 1024")
-    assert state_file.read_text() == tampered and gitops.head_sha(repo) == data["best_commit"]  # nothing written
+    assert state_file.read_text() == tampered and gitops.head_sha(repo) == exp.state.best_commit  # nothing written
     state_file.write_text(json.dumps(data, indent=1, sort_keys=True))  # put back: accepted again
     with open(exp.results_path, "a") as fh:
         fh.write(exp.results_path.read_text().splitlines()[0] + "\n")  # a second baseline appended
@@ -256,7 +256,8 @@ def test_a_state_rewritten_within_a_run_is_refused_at_the_next_iteration(run):
     repo, exp, _ = run
     fresh = open_run("r", Settings(judge_host=False), log=lambda line: None)  # a step's process, state just read
     path = st.state_path(repo, "r")
-    path.write_text(path.read_text().replace('"last_iteration": 0', '"last_iteration": 7'))
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "seed": data["seed"] + 7}, indent=1, sort_keys=True))  # a setting forged
     forged = path.read_text()
     edit(repo, 1024)
     for held in (exp, fresh):

@@ -11,6 +11,7 @@ from loop.measure.evaluate import guard_failures
 from loop.records import gitops, history
 from loop.records.results import Record, append_record
 from loop.run import measuring
+from loop.run import state as st
 from loop.run.core import GIT_SNAPSHOT, Run, now, portable_env
 from loop.run.recording import mark_seen
 from loop.target.contract import source_hash
@@ -23,8 +24,9 @@ def resume_baseline(run: Run) -> Record:
     done = [r for r in run.records() if r.iteration == 0]
     if done:
         rec = done[0]
-        run.state.best_commit, run.state.best_latency_ms = rec.commit, rec.latency_ms
-        run.state.last_iteration, run.state.inflight = 0, None
+        mark_seen(run, gitops.show_file(run.root, rec.commit, run.state.target))  # a kill may have come before it
+        st.recount(run.state, run.records())
+        run.state.inflight = None
         run.save()
         run.render()
         return rec
@@ -71,10 +73,9 @@ def baseline(run: Run) -> Record:
     sha = gitops.commit(run.root, history.commit_message(record), [], allow_empty=True)
     record = replace(record, commit=sha)  # the commit that carries its message
     append_record(run.results_path, record)
-    run.state.best_commit, run.state.best_latency_ms = sha, target.latency_ms
-    run.state.last_iteration, run.state.inflight = 0, None
     mark_seen(run, src)
-    run.state.active_s += record.wall_s
+    st.recount(run.state, run.records())  # the best commit, the last iteration: as the records say
+    run.state.inflight = None
     run.save()
     run.render()
     return record

@@ -163,7 +163,10 @@ class Run:
             extra = [json.loads(line) for line in data[sealed:].decode().splitlines() if line.strip()]
         except (ValueError, AttributeError):
             return False
-        now = {self.state.last_iteration, self.state.inflight.iteration if self.state.inflight else None}
+        # the iteration after the sealed ones, or the one in flight (the state's last iteration is the
+        # records' own, read past the seal: it cannot vouch for them)
+        now = {max((i for i in done if isinstance(i, int)), default=-1) + 1,
+               self.state.inflight.iteration if self.state.inflight else None}
         return all(isinstance(r, dict) and r.get("iteration") in now - done for r in extra)
 
     def check_records(self) -> None:

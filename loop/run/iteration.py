@@ -222,17 +222,16 @@ def record(run: Run, it: Iteration) -> Iteration:
     correctness = "PASS" if target.correctness == "PASS" and decision.verdict not in ("incorrect", "guard_failed") else "FAIL"
     if void:
         correctness = NOT_CHECKED  # its checks are void too: neither PASS nor FAIL for the candidate
-    count(run, decision, status)
-    if it.sweep:  # every value the sweep tried is tried: no later step or sweep measures it again
-        run.state.tried.extend(v["key"] for v in it.sweep["values"] if v["key"] not in run.state.tried)
-    stop = run.stop_state()
     rec = new_record(run, it.n, optimization=it.optimization, status=status, source=it.candidate, started=it.started,
                      wall_s=time.monotonic() - it.clock, speedup=decision.speedup, hypothesis=it.hypothesis,
                      recipe=it.key or it.recipe, correctness=correctness, latency_ms=target.latency_ms, backends=results,
-                     decision=replace(decision, remeasured=it.remeasured), stop=stop, failure=failure,
+                     decision=replace(decision, remeasured=it.remeasured), stop=None, failure=failure,
                      compile=it.gate, rationale=it.rationale, expected=it.expected, kind=it.kind,
                      change=replace(it.change, measurable=can.measurable, reason=can.reason),
                      unchecked=measuring.unchecked(it.raw, tb), sweep=it.sweep)
+    # counted as its record will count (its key and every value its sweep tried are tried), then its stop state
+    rec = count(run, rec)
+    stop = rec.stop
     atomic_write_text(run.iter_dir(it.n) / "record.json", json.dumps(rec.to_json(), indent=1, default=str))
     run.stage("record")
     return replace(it, record=rec, stop=stop)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loop import decide
 from loop.common.errors import UserError
 from loop.records import experience, gitops, history
 from loop.records.results import Record, append_record, cumulative
+from loop.run import state as st
 from loop.run.core import Run, now, portable_env
 from loop.target.contract import source_hash
 from playbook.analysis import analyze
@@ -63,11 +63,9 @@ def finish(run: Run, record: Record) -> Record:
     if not any(r.iteration == n for r in run.records()):
         append_record(run.results_path, record)
     if record.status == "keep":
-        run.state.best_commit, run.state.best_latency_ms = sha, record.latency_ms
         run.progress_view.update(best=record.latency_ms)
         mark_seen(run, gitops.show_file(run.root, sha, run.state.target))
-    run.state.last_iteration = n
-    run.state.active_s += record.wall_s
+    st.recount(run.state, run.records())  # the best commit, the last iteration, the counters: as the records say
     run.state.inflight = None
     run.save()
     run.render()
@@ -78,20 +76,13 @@ def finish(run: Run, record: Record) -> Record:
     return record
 
 
-def count(run: Run, decision: decide.Decision, status: str) -> None:
-    """The counters the stop rules and the proposers read: outcome, verdict, crash cause, the key tried
-    (a void measurement's tried again once, as a kill's), a kind kept at low gain demoted."""
-    run.state.outcomes.append(status)
-    run.state.verdicts.append(decision.verdict)
-    if status == "crash":
-        run.state.crash_causes.append(decision.verdict)
-    key = run.state.inflight.key if run.state.inflight else None
-    if key and decision.verdict == decide.VOID:  # a void measurement says nothing: tried again once, as a kill is
-        (run.state.tried if key in run.state.interrupted else run.state.interrupted).append(key)
-    elif key:
-        run.state.tried.append(key)
-    if status == "keep" and decision.priority == "low" and key:
-        run.state.demoted.append(key.split("=")[0])
+def count(run: Run, record: Record) -> Record:
+    """The record (built without its stop state) counted in memory before it is written, as the records
+    will count it once it is (`state.counted`: outcome, verdict, crash cause, the key tried or, void or
+    interrupted, tried again once, a sweep's values tried, a kind kept at low gain demoted); returned
+    with the stop state the rules then give."""
+    st.settle(run.state, st.counted(st.tally_of(run.state), record))
+    return replace(record, stop=run.stop_state())
 
 
 def remember(run: Run, record: Record) -> None:
@@ -109,5 +100,7 @@ def remember(run: Run, record: Record) -> None:
 
 
 def mark_seen(run: Run, source: str) -> None:
-    """A kept version's own values count as tried: a step down never returns to where we were."""
-    run.state.tried.extend(k for k in current_keys(source) if k not in run.state.tried)
+    """A kept version's own values count as tried: a step down never returns to where we were. No record
+    names them: the state keeps them (`seen`)."""
+    run.state.seen.extend(k for k in dict.fromkeys(current_keys(source)) if k not in run.state.seen)
+    run.state.tried.extend(k for k in run.state.seen if k not in run.state.tried)

@@ -17,7 +17,7 @@ from loop.run import state as st
 from loop.run.baseline import resume_baseline
 from loop.run.core import Run, now
 from loop.run.integrity import violations
-from loop.run.recording import finish, new_record, pending_message
+from loop.run.recording import count, finish, new_record, pending_message
 
 
 def end_leftover_workers(run: Run) -> None:
@@ -67,9 +67,9 @@ def _commit_applied(run: Run, inflight: Inflight, optimization: str) -> bool:
                         hint="inspect the branch by hand; tileloop will not move commits it did not make")
     target_path = run.root / run.state.target
     if target_path.read_text() == gitops.show_file(run.root, run.state.best_commit, run.state.target):
-        if inflight.stage == "sweep" and inflight.key:  # a sweep counts no iteration; tried again once
-            key = inflight.key
-            (run.state.tried if key in run.state.interrupted else run.state.interrupted).append(key)
+        if inflight.stage == "sweep" and inflight.key:  # a sweep counts no iteration and writes no record:
+            run.state.cut.append(inflight.key)  # the state keeps the kill (tried again once)
+            st.recount(run.state, run.records())
             run.log(f"#{n} the sweep {inflight.optimization} was interrupted before it chose: "
                     "no iteration recorded, the tree is at the best version")
         run.state.inflight = None
@@ -91,18 +91,13 @@ def _interrupted(run: Run, inflight: Inflight, optimization: str, interrupted_at
     results = (external.not_run_results("interrupted") if run.state.harness else
                {name: not_run(name, run.state.availability, "interrupted") for name in run.state.backends})
     decision = decide.Decision("crash", "interrupted", f"the run was interrupted at stage {interrupted_at}")
-    run.state.outcomes.append("crash")
-    run.state.verdicts.append("interrupted")
-    run.state.crash_causes.append("interrupted")
-    key = inflight.key
-    if key:  # a kill says nothing about the candidate: it is tried again once, then counts as tried
-        (run.state.tried if key in run.state.interrupted else run.state.interrupted).append(key)
-    return new_record(run, inflight.iteration, optimization=f"{optimization} (interrupted)", status="crash",
-                      source=(run.root / run.state.target).read_text(), started=inflight.started if inflight.started is not None else now(),
-                      wall_s=0.0, hypothesis=inflight.hypothesis or "", recipe=key or inflight.recipe,
-                      correctness=NOT_CHECKED, latency_ms=None, backends=results, decision=decision,
-                      stop=run.stop_state(), failure=Failure("interrupted", decision.reason),
-                      sweep=inflight.sweep)
+    # a kill says nothing about the candidate: its key is tried again once (`state.counted`), then counts as tried
+    return count(run, new_record(
+        run, inflight.iteration, optimization=f"{optimization} (interrupted)", status="crash",
+        source=(run.root / run.state.target).read_text(), started=inflight.started if inflight.started is not None else now(),
+        wall_s=0.0, hypothesis=inflight.hypothesis or "", recipe=inflight.key or inflight.recipe,
+        correctness=NOT_CHECKED, latency_ms=None, backends=results, decision=decision, stop=None,
+        failure=Failure("interrupted", decision.reason), sweep=inflight.sweep))
 
 
 def check_environment(run: Run, probe: dict) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import os
 import shutil
 import socket
@@ -199,7 +198,7 @@ def sealed_state(root: Path, run_id: str, refs: dict[str, str], branch: str) -> 
     iteration in flight the branch at the sealed tip (`refs` as read); else None."""
     if not st.intact(root, run_id) or not st.state_path(root, run_id).is_file():
         return None
-    state = json.loads(st.state_path(root, run_id).read_text())
+    state = st.view(root, run_id) or {}
     seal = state.get("records_seal") or {}
     for name in SEALED:
         want, path = seal.get(name), st.run_dir(root, run_id) / name
@@ -216,9 +215,9 @@ def _digest(data: bytes) -> dict:
 
 
 def last_sealed(root: Path, run_id: str) -> int:
-    """The last iteration the run's state names as recorded (-1 before the baseline, or no state)."""
+    """The last iteration the run's records hold (-1 before the baseline, or no state)."""
     try:
-        return int(json.loads(st.state_path(root, run_id).read_text()).get("last_iteration", -1))
+        return int((st.view(root, run_id) or {}).get("last_iteration", -1))
     except (OSError, ValueError, TypeError, AttributeError):
         return -1
 

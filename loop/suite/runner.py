@@ -36,6 +36,7 @@ from loop.common.language import language_of_name
 from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
 from loop.records import gitops
+from loop.run import state as st
 from loop.suite.engines import Engine, SuiteCall
 from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets
 from loop.suite.worktrees import (
@@ -166,7 +167,7 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
     if final is None and measure:  # no final measurement was asked for on the CPU
         entry["final_error"] = (err_text or out)[-400:]
     atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
-    state = json.loads((run_dir / "state.json").read_text())
+    state = st.view(run_root, run_id) or {}
     if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
         best_src = git_output(root, "show", f"{state['best_commit']}:{state['target']}")
         atomic_write_text(out_dir / f"{run_id}-best{path.suffix}", best_src + "\n")

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from loop.records import gitops
+from loop.run import state as st
 
 WORKTREES = "suite-worktrees"  # under sandbox/: one git worktree per GPU when the suite runs on several
 
@@ -26,9 +27,9 @@ def branch_of(target: str) -> str:
 
 
 def existing_run(run_root: Path, target: str) -> dict | None:
-    """The state of the target's suite run in `run_root`, if one was started there."""
-    path = run_root / "sandbox" / run_id_of(target) / "state.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    """The state of the target's suite run in `run_root` (what its records say included, `state.view`),
+    if one was started there."""
+    return st.view(run_root, run_id_of(target))
 
 
 def run_trees(root: Path) -> list[Path]:
