@@ -16,7 +16,7 @@ from loop.common.harness import Harness
 from loop.common.jobs import TIMING_METHODS, seed_for
 from loop.common.messages import JudgeJob
 from loop.common.outputs import as_outputs
-from loop.judge import audit, corroborate
+from loop.judge import audit, choose_forms, corroborate
 from loop.judge.audit import Auditor
 from loop.judge.bridge import Bridge
 from loop.judge.kernel_process import KernelProcess, ask_all, require_launches, sample_times, time_of
@@ -96,7 +96,8 @@ class Bench:
                auditor: Auditor) -> tuple[str, int, list[str]]:
         """How every implementation is timed at this shape: the same way for all (CUDA graphs of the
         same number of calls, one per input set, when `choose_method` says so and every capture works;
-        else eagerly over `nsets` sets). The notes say why (`choose_method`'s reason first)."""
+        else eagerly over `nsets` sets, as every implementation is where one of them cannot be captured:
+        `choose_forms.eager_only`). The notes say why (`choose_method`'s reason first)."""
         if self.job.device != "cuda":
             auditor.timed_as("interpreter_wallclock", 1, 1, None)
             return "interpreter_wallclock", 1, []
@@ -104,7 +105,8 @@ class Bench:
         # are timed the same way, and a slow eager one does not push everything off CUDA graphs
         deciding = [lab for lab in self.labels if lab not in set(self.job.torch_providers)] or self.labels
         calls_ms = {lab: time_of(prepared[lab], "call_ms", lab) for lab in self.labels}
-        choice = choose_method(calls_ms, deciding, self.pair, plan.use_graphs, nsets, most, self.job.method)
+        choice = choose_method(calls_ms, deciding, self.pair, plan.use_graphs, nsets, most, self.job.method,
+                               choose_forms.eager_only(self.job.impls))
         notes = [choice.why]
         if choice.graphs:
             calls = choice.calls
@@ -241,7 +243,8 @@ class MethodChoice:
 
 
 def choose_method(call_ms: dict[str, float], deciding: list[str], pair: tuple[str, str] | None, use_graphs: bool,
-                  nsets: int, most: int, forced: str | None = None) -> MethodChoice:
+                  nsets: int, most: int, forced: str | None = None,
+                  eager_only: dict[str, str] | None = None) -> MethodChoice:
     """The timing method of a shape, from each implementation's call time (ms).
 
     With a pair (incumbent, candidate), the incumbent's call decides, so that the same incumbent is
@@ -250,11 +253,17 @@ def choose_method(call_ms: dict[str, float], deciding: list[str], pair: tuple[st
     timed in a graph of as many calls, unless that graph would take more than GRAPH_SAMPLE_LIMIT times
     the intended sample (then every implementation is timed eagerly). Without a pair (a report's
     measurement, compare), the slowest call of the implementations in `deciding` decides. `forced`
-    ("graph" or "eager", the job's `method`) overrides the choice."""
+    ("graph" or "eager", the job's `method`) overrides the choice, except that an implementation
+    in `eager_only` (label -> why: a CUDA C solve that synchronises) makes every one eager, graphs
+    asked for or not: its capture would fail or record a graph without the work."""
     if forced is not None and forced not in TIMING_METHODS:
         raise ValueError(f"unknown timing method {forced!r}; valid: {', '.join(TIMING_METHODS)}")
     if forced == "eager":
         return MethodChoice(False, 1, "timed eagerly: asked for (method eager)", True)
+    if eager_only:
+        labels = sorted(eager_only)
+        asked = "; CUDA graphs were asked for (method graph) and not tried" if forced == "graph" else ""
+        return MethodChoice(False, 1, f"{eager_only[labels[0]]} ({', '.join(labels)}){asked}", forced == "graph")
     incumbent = pair[0] if pair and pair[0] in call_ms else None
     basis = incumbent or max(deciding, key=lambda lab: call_ms[lab])
     base = call_ms[basis]
