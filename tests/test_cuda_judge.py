@@ -301,7 +301,7 @@ extern "C" void solve(const float* x, const float* y, float* out, int n) {
 needs_nvcc = pytest.mark.skipif(nvcc.toolchain() is None, reason=nvcc.why_none())
 
 
-def _judged_on_gpu(tmp_path: Path, candidate: str) -> dict:
+def _judged_on_gpu(tmp_path: Path, candidate: str, incumbent: str | None = None) -> dict:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible to torch")
@@ -309,7 +309,7 @@ def _judged_on_gpu(tmp_path: Path, candidate: str) -> dict:
     from loop.common.settings import Settings
     from loop.measure.launch import run_worker
 
-    shutil.copy(OP / "vector_add_cuda.cu", tmp_path / "incumbent.cu")
+    (tmp_path / "incumbent.cu").write_text(incumbent or (OP / "vector_add_cuda.cu").read_text())
     (tmp_path / "candidate.cu").write_text(candidate)
     job = {"spec": str(OP / "spec.py"), "target_dir": str(OP), "target": str(OP / "vector_add_cuda.cu"),
            "device": "cuda", "backend": "nvcc", "check": ["candidate"], "seed": 3, "bench": True,
@@ -328,7 +328,7 @@ def test_a_cuda_c_target_is_judged_against_itself_on_the_gpu(tmp_path, env):
     assert raw["status"] == "ok", raw
     (shape,) = raw["timing"]["shapes"]
     assert shape["method"] == "cuda_events_l2_flush"  # the seed's form synchronises: eager, and said so
-    assert shape["notes"][0].startswith(cuda_c.TIMING[cuda_c.SYNCHRONISING])
+    assert f"{cuda_c.TIMING[cuda_c.SYNCHRONISING]} (candidate, incumbent)" in shape["notes"], shape["notes"]
     assert shape["corroboration"]["ok"], shape["corroboration"]
     for label in ("incumbent", "candidate"):
         assert shape["impls"][label]["median_ms"] > 0
@@ -344,3 +344,14 @@ def test_a_cuda_c_target_that_works_only_in_untimed_calls_is_refused_on_the_gpu(
     raw = _judged_on_gpu(tmp_path, MEMOISED)
     assert raw["status"] in ("incorrect", "uncorroborated"), raw
     assert raw["failed_impl"] == "candidate"
+
+
+@pytest.mark.gpu
+@needs_nvcc
+def test_a_stream_form_is_judged_in_cuda_graphs_on_the_gpu(tmp_path, env):
+    vector_add = STREAM.replace("add_kernel", "vector_add_kernel")
+    raw = _judged_on_gpu(tmp_path, vector_add, incumbent=vector_add)
+    assert raw["status"] == "ok", raw
+    (shape,) = raw["timing"]["shapes"]
+    assert shape["method"] == "cuda_graph", shape["notes"]  # captured, as the other languages' kernels are
+    assert shape["corroboration"]["ok"] and raw["proof"]["ok"], (shape["corroboration"], raw["proof"])

@@ -138,9 +138,10 @@ class KernelSide:
             label = impl["label"]
             self.modules[label] = call_impl(label, "import", load_module, f"tileloop_impl_{label}", Path(impl["path"]))
             self.languages[label] = language_of(Path(impl["path"]), self.backend, self.device)
-            if self.device == "cuda" and callable(prepare := getattr(getattr(self.modules[label], "solve", None),
-                                                                     "prepare", None)):
-                call_impl(label, "import", prepare, device_arch(torch))  # a CUDA C build: its failure a compile error
+            built_here = LANGUAGES[self.languages[label]].suffix != ".py"  # a library its load returns unbuilt
+            prepare = getattr(getattr(self.modules[label], "solve", None), "prepare", None)
+            if self.device == "cuda" and built_here and callable(prepare):  # built for this device now: nvcc's
+                call_impl(label, "import", prepare, device_arch(torch))  # refusal is the candidate's compile error
         for provider in msg.get("torch_providers", []):
             self.modules[provider] = torch_provider(torch, self.spec, provider)
         answer: dict = {}
