@@ -56,7 +56,8 @@ def add_suite(sp: argparse.ArgumentParser) -> None:
 
 def cmd_suite(args, settings) -> int:
     if args.action == "run":
-        extra = ["--device", args.device] + (["--archs", ",".join(args.archs)] if args.archs else [])
+        # --archs none is an empty list: passed on as "none" (gate off), not dropped (the runs' default gate)
+        extra = ["--device", args.device] + (["--archs", ",".join(args.archs) or "none"] if args.archs is not None else [])
         extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
         log = (lambda m: print(m, file=sys.stderr)) if args.json else print
         entries = runner.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus,
