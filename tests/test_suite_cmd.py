@@ -237,7 +237,9 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     from tests.conftest import git
 
     target = "kernels/vector_add/vector_add_triton.py"
-    args = ["suite", "run", target, "--device", "cpu", "--max-iters", "3", "--archs", "sm_90"]
+    # no compile gate (--archs none): what is checked is the kill and the resume, not the gate, which
+    # the other suite runs here pass through; it took a third of this test's time
+    args = ["suite", "run", target, "--device", "cpu", "--max-iters", "3", "--archs", "none"]
     start = git(kernel_repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
     proc = subprocess.Popen([sys.executable, "-m", "loop", *args], cwd=kernel_repo, env=with_package_path(dict(os.environ)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
