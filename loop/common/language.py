@@ -66,7 +66,7 @@ CUDA = LanguageEntry(
 
 TILELANG = LanguageEntry(
     "tilelang", "TileLang", ("tilelang",), 3, "loop.worker.tilelang_build:tilelang_compile", "tilelang",
-    "loop.common.spec:load_module", "tilelang.jit:JITImpl.__call__", "playbook.tilelang",
+    "loop.common.spec:load_module", "tilelang.jit.kernel:JITKernel.__call__", "playbook.tilelang",
     backends={"cuda": ("tilelang",)}, preferred={"cuda": ("tilelang",)},
     unsupported={"cpu": "TileLang has no CPU interpreter"})
 

@@ -1,5 +1,6 @@
 """What this machine has: the environment probe (GPU, driver, versions, tileiras and the
-architectures it accepts, nvcc and the flags and architectures of CUDA C builds, ncu) and the health
+architectures it accepts, nvcc and the flags and architectures of CUDA C builds, whether TileLang
+imports and its version, ncu) and the health
 round trip. Safe without a GPU."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from loop.worker.cuda_build import fingerprint as cuda_c_fingerprint
 from loop.worker.failures import load_module
+from loop.common import tilelang_install
 from loop.common.files import scratch
 
 # A kernel that loops to a runtime bound: the construct the Triton 3.6 interpreter fails on under
@@ -76,6 +78,9 @@ def probe() -> dict:
     except ImportError:
         pass
     info.update(_tileiras_facts())
+    tilelang = tilelang_install.status()  # found without importing it (an import takes seconds)
+    info.update(tilelang_version=tilelang["version"], tilelang_importable=tilelang["importable"],
+                tilelang_reason=tilelang["reason"])
     info.update(cuda_c_fingerprint(info["capability"]))  # nvcc's version, the flags and architectures of CUDA C builds
     info["ncu"] = shutil.which("ncu")
     if info["ncu"]:

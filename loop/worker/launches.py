@@ -1,8 +1,11 @@
 """Which of the target's code ran: the launch paths of Triton (`JITFunction.run`, and the
 interpreter's `InterpretedFunction.run`; autotuners and heuristics end there), cuTile
-(`cuda.tile.launch`), TileLang (a `@tilelang.jit` kernel called, `JITImpl.__call__`: it compiles
-the kernel, and in the eager form runs it) and any other language's launch hook, its registry entry's
-(CUDA C: its `solve` called, which launches its kernels) are watched while the checks run, and the target's own
+(`cuda.tile.launch`), TileLang (a compiled kernel called, `JITKernel.__call__`: the lazy form's
+`kernel(M, N)(tensors)` and the eager form's `kernel(tensors)` both launch there; `JITImpl.__call__`
+only compiles or looks up, and is not called at all where an entry point keeps its compiled kernel;
+each kernel is attributed to the `@tilelang.jit` function of the target that holds it) and any other
+language's launch hook, its registry entry's (CUDA C: its `solve` called, which launches its kernels)
+are watched while the checks run, and the target's own
 kernels (defined in its module) that launched are recorded by name; so are the target's host
 functions that were called (its module's functions and the methods of its classes, wrapped for the
 time of the checks).
@@ -60,6 +63,7 @@ class LaunchRecorder(contextlib.AbstractContextManager):
         self.kernels = sorted({name for obj in vars(target).values()
                                for name, mod in [_name_of(obj)] if mod == self.module_name and self._is_kernel(obj)}) \
             if self.active else []
+        self._owners: dict[int, object] = {}  # a compiled TileLang kernel's id -> the @tilelang.jit function holding it
         self._undo = contextlib.ExitStack()
 
     @staticmethod
@@ -75,6 +79,18 @@ class LaunchRecorder(contextlib.AbstractContextManager):
             self.count += 1
         elif not self.kernels:
             self.count += 1
+
+    def _jit_of(self, kernel):
+        """The target's `@tilelang.jit` function that holds a compiled TileLang kernel (the kernel itself,
+        which names no function of the target, where none does)."""
+        if (known := self._owners.get(id(kernel))) is not None:
+            return known
+        for impl in (obj for obj in vars(self._target).values() if type(obj).__name__ == "JITImpl"):
+            held = [*getattr(impl, "_kernel_cache", {}).values(), *getattr(impl, "_tuner_cache", {}).values()]
+            if any(k is kernel for k in held):
+                self._owners[id(kernel)] = impl
+                return impl
+        return kernel
 
     def _patch(self, owner, attr: str, make) -> None:
         real = vars(owner)[attr] if isinstance(owner, type) else getattr(owner, attr)  # a class's own, descriptors kept
@@ -123,16 +139,16 @@ class LaunchRecorder(contextlib.AbstractContextManager):
                 from triton.runtime.interpreter import InterpretedFunction
 
                 self._patch(InterpretedFunction, "run", wrapped_run)
-        elif self.language == "tilelang":
-            from tilelang.jit import JITImpl
+        elif self.language == "tilelang":  # the registry's hook: a compiled kernel called
+            owner, attr = _hook(self.language)
 
             def wrapped_call(real):
-                def call(self, *args, **kwargs):
-                    recorder._record(self)
-                    return real(self, *args, **kwargs)
+                def call(kernel, *args, **kwargs):
+                    recorder._record(recorder._jit_of(kernel))
+                    return real(kernel, *args, **kwargs)
                 return call
 
-            self._patch(JITImpl, "__call__", wrapped_call)
+            self._patch(owner, attr, wrapped_call)
         elif self.language == "cutile":
             import cuda.tile as ct
 

@@ -1,12 +1,14 @@
 """Proof of which backend really compiled the kernels (Triton's JIT caches name their target, cuTile
 compiles are recorded as they happen, a CUDA C target's solve keeps the library nvcc built for the
-device and its calls), and the per-backend hooks a job installs before the target is imported."""
+device and its calls, TileLang's compiles are recorded as they happen and its kernels name their
+target and cache folder), and the per-backend hooks a job installs before the target is imported."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -45,6 +47,70 @@ def watch_cutile_compiles() -> None:
     _execution.kernel._compile = compile_and_record
 
 
+TILELANG_COMPILES: list[dict] = []  # every kernel TileLang compiled in this process: {symbol, arch, id}
+
+
+def watch_tilelang_compiles() -> None:
+    """Record every kernel TileLang compiles in this process (a `JITKernel` lowered and built from its
+    TIR, not loaded from a cache): its symbol, the architecture it was built for and the kernel's id."""
+    from tilelang.jit.kernel import JITKernel
+
+    from loop.worker.tilelang_build import kernel_arch
+
+    real = JITKernel._compile_and_create_adapter
+    if getattr(real, "tileloop_watched", False):
+        return
+
+    def compile_and_record(self, tilelang_func, out_idx):
+        adapter = real(self, tilelang_func, out_idx)
+        symbol = tilelang_func.attrs.get("global_symbol") if tilelang_func.attrs is not None else None
+        TILELANG_COMPILES.append({"symbol": str(symbol) if symbol else None, "arch": kernel_arch(self), "id": id(self)})
+        return adapter
+
+    compile_and_record.tileloop_watched = True  # type: ignore[attr-defined]
+    JITKernel._compile_and_create_adapter = compile_and_record
+
+
+def _within(path: str | None, folder: str) -> bool:
+    """Whether `path` lies in `folder` (both as this process names them; "" is no folder)."""
+    return bool(path and folder) and os.path.normpath(path).startswith(os.path.normpath(folder) + os.sep)
+
+
+def tilelang_proof(kernels: dict[str, list[dict]], compiled: list[dict], arch: str | None, cache: str) -> dict:
+    """What built a TileLang target's kernels: for each implementation loaded (label -> its kernels,
+    `loop.worker.tilelang_build.compiled_kernels`), each kernel's architecture and where it came from.
+    `ok` only where there is at least one kernel and every one was built for this device's TileLang
+    target (`arch` "sm_90" -> "sm_90a"; None: no CUDA device) and either compiled by TileLang in this
+    process (`compiled`, `watch_tilelang_compiles`) or loaded from this implementation's own cache
+    folder `cache`."""
+    from loop.worker.tilelang_build import arch_target
+
+    expected = arch_target(int(arch.removeprefix("sm_"))) if arch else None
+    here = {c["id"] for c in compiled}
+    problems, seen = [], []
+    for label, rows in kernels.items():
+        for row in rows:
+            name = f"{label}: {row['kernel']} ({row.get('symbol') or '?'})"
+            if row["id"] in here:
+                source = "compiled here"
+            elif _within(row.get("cache_path"), cache):
+                source = "loaded from its own cache"
+            else:
+                source = f"loaded from {row.get('cache_path') or 'no cache'}"
+                problems.append(f"{name}: neither compiled in this process nor loaded from this implementation's "
+                                f"own cache ({source})")
+            seen.append(f"{name} for {row.get('arch') or '?'}, {source}")
+            if expected is None or row.get("arch") != expected:
+                problems.append(f"{name}: built for {row.get('arch') or 'no architecture'}, not for this device's "
+                                f"{expected or '(no CUDA device)'}")
+    if not seen:
+        return {"ran": "unknown", "ok": False, "detail": "no TileLang kernel compiled: the target's @tilelang.jit "
+                                                          "functions hold none"}
+    ok = not problems
+    return {"ran": "tilelang" if ok else "unknown", "ok": ok,
+            "detail": "; ".join(problems + seen if problems else seen)[:800]}
+
+
 def nvcc_proof(modules: dict[str, Any], arch: str | None) -> dict:
     """What ran a CUDA C target's kernels: for each target loaded (a module whose `solve` keeps its
     build, `loop.worker.cuda_build._Solve`), the shared library nvcc built for this device's `arch`
@@ -77,11 +143,17 @@ def nvcc_proof(modules: dict[str, Any], arch: str | None) -> dict:
             "detail": "; ".join(problems + seen if problems else seen)[:800]}
 
 
-def backend_proof(modules: dict[str, Any], backend: str, arch: str | None = None) -> dict:
+def backend_proof(modules: dict[str, Any], backend: str, arch: str | None = None, tilelang_cache: str = "") -> dict:
     """What actually compiled the kernels: the targets and IR kinds in Triton's JIT caches (for
-    "nvcc": `nvcc_proof` on this device's `arch`)."""
+    "nvcc": `nvcc_proof` on this device's `arch`; for "tilelang": `tilelang_proof`, with the
+    implementation's own TileLang cache folder)."""
     if backend == "nvcc":
         return nvcc_proof(modules, arch)
+    if backend == "tilelang":
+        from loop.worker.tilelang_build import compiled_kernels
+
+        held = {label: compiled_kernels(module) for label, module in modules.items() if isinstance(module, ModuleType)}
+        return tilelang_proof(held, TILELANG_COMPILES, arch, tilelang_cache)
     if backend == "interpreter":
         return {"ran": "interpreter", "ok": os.environ.get("TRITON_INTERPRET") == "1", "detail": "TRITON_INTERPRET=1"}
     if backend == "cutile":

@@ -12,7 +12,10 @@ object each:
   load     spec, implementation, backend -> {labels}            (an import failure is a compile error; the
            implementation's own Triton cache taken first: `loop.common.namespaces.own_triton_cache`,
            its cuTile tuning results kept there: `loop.worker.cutile_tune`; a target that is not Python
-           loaded by its language's `load`, a CUDA C one built there for this device: `cuda_build`)
+           loaded by its language's `load`, a CUDA C one built there for this device: `cuda_build`; a
+           TileLang one's kernel cache in that own folder and its target the device's, set before
+           TileLang is imported: `tilelang_build.use_own_cache`; its kernels compile at their first
+           call, in the checks or the warm-up of `prepare`, never in a timed call)
   arena    open an arena the judge made / drop one it is freeing
   call     one call on inputs in an arena; outputs copied into the judge's slots
   record   launch recording on or off -> {launched, called} when off
@@ -24,7 +27,8 @@ object each:
            interleaves the processes' requests and times each on its own clock; an audited sample
            also says where the outputs of the set it used are (`audit`)
   tuned    the configs a run-time tuner picked while timed
-  proof    which backend compiled the kernels (for nvcc: the library built for this device, and called)
+  proof    which backend compiled the kernels (for nvcc: the library built for this device, and called;
+           for tilelang: each kernel built for this device's target, here or in its own cache)
 A kernel's failure answers {"failure": {status, label, message, detail}}; the spec's or tileloop's
 own answers {"error": {status, message, detail}}.
 
@@ -57,7 +61,8 @@ from loop.worker.failures import KernelFailure, SpecError, call_impl, load_modul
 from loop.worker.launches import LaunchRecorder
 from loop.worker.sampler import Sampler
 from loop.worker.providers import load_reference
-from loop.worker.proof import backend_proof, pin_autotune_to_first_config, watch_cutile_compiles
+from loop.worker.proof import backend_proof, pin_autotune_to_first_config, watch_cutile_compiles, watch_tilelang_compiles
+from loop.worker.tilelang_build import use_own_cache
 
 
 def timer_identities(torch) -> dict:
@@ -89,6 +94,7 @@ class KernelSide:
         self.spec: Spec | None = None
         self.modules: dict[str, Any] = {}
         self.languages: dict[str, str] = {}  # label -> the language whose launch hook records its launches
+        self.tilelang_cache = ""  # TileLang's kernel cache: the implementation's own folder ("": none, off)
         self.arenas: dict[str, Any] = {}
         self.recorders: dict[str, LaunchRecorder] = {}
         self.sampler: Sampler | None = None
@@ -133,6 +139,10 @@ class KernelSide:
             keep_cutile_tunings(own)  # its cuTile searches kept in the same folder of its own ("": none kept)
         if self.backend == "interpreter":
             pin_autotune_to_first_config()
+        if self.backend == "tilelang" and self.device == "cuda":  # before TileLang is imported: its cache, its target
+            major, minor = torch.cuda.get_device_capability()
+            self.tilelang_cache = use_own_cache(own, major * 10 + minor)
+            watch_tilelang_compiles()
         self.spec = Spec(torch, load_module("tileloop_spec", Path(msg["spec"])))
         for impl in msg["impls"]:
             label = impl["label"]
@@ -273,7 +283,7 @@ class KernelSide:
     def proof(self, msg: dict) -> dict:
         arch = device_arch(self.torch) if self.device == "cuda" else None
         return {"proof": backend_proof({k: v for k, v in self.modules.items() if not isinstance(v, SimpleNamespace)},
-                                       self.backend, arch)}
+                                       self.backend, arch, self.tilelang_cache)}
 
 
 def device_arch(torch) -> str:

@@ -14,12 +14,20 @@ reused: its autotuner once reused one shape's result for another), so every kern
 the machine code nvcc makes for it (`tilelang.contrib.nvcc.compile_cuda`, watched) is read with
 cuobjdump (registers, stack, static shared and local memory per function), and the dynamic shared
 memory and threads per block from the lowered device module.
+
+In the judge's kernel process (`loop.worker.serve`) a target loads as a Python module and its kernels
+compile at their first call on the device: `use_own_cache` first makes TileLang's kernel cache the
+implementation's own folder and its default target the device's (explicit: what its `target="auto"`
+picks on a GPU, `sm_90a` on sm_90), and `compiled_kernels` reads back, for the backend's proof, each
+kernel the target's `@tilelang.jit` functions hold: its target and the cache folder it came from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import os
 from typing import Any
 
 from loop.common import tilelang_install
@@ -37,6 +45,57 @@ def arch_target(cap: int) -> str:
 def target_of(cap: int) -> dict[str, str]:
     """The explicit target TileLang compiles for: a CUDA kind and its architecture."""
     return {"kind": "cuda", "arch": arch_target(cap)}
+
+
+CACHE_FOLDER = "tilelang"  # TileLang's kernel cache, in an implementation's own cache folder
+
+
+def use_own_cache(own: str, cap: int) -> str:
+    """In a kernel process, before the implementation (and TileLang with it) is imported: TileLang's
+    kernel cache made the `tilelang` folder of the implementation's own cache folder `own`
+    (`loop.common.namespaces.own_triton_cache`, where another implementation's is hidden), or turned
+    off where there is none (""), so that implementations never share compiled kernels; and its
+    default target pinned to the device's (`target_of(cap)`, a kernel's own `target=` still wins).
+    Returns the cache folder ("" when off)."""
+    os.environ["TILELANG_DEFAULT_TARGET"] = json.dumps(target_of(cap))
+    if not own:
+        os.environ["TILELANG_DISABLE_CACHE"] = "1"
+        return ""
+    folder = os.path.join(own, CACHE_FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    os.environ["TILELANG_CACHE_DIR"] = folder
+    return folder
+
+
+def kernel_arch(kernel) -> str | None:
+    """The architecture a compiled TileLang kernel was built for ("sm_90a"); None where it says none."""
+    target = getattr(kernel, "target", None)
+    attrs = getattr(target, "attrs", None)
+    arch = attrs.get("arch") if attrs is not None else None
+    return str(arch) if arch else None
+
+
+def jit_functions(module) -> dict[str, Any]:
+    """The `@tilelang.jit` functions a module defines, by the name of the function each decorates."""
+    return {_name(obj): obj for obj in vars(module).values()
+            if type(obj).__name__ == "JITImpl" and getattr(getattr(obj.func, "orig_func", None), "__module__", None)
+            == module.__name__}
+
+
+def compiled_kernels(module) -> list[dict]:
+    """Each kernel the module's `@tilelang.jit` functions hold compiled (one per set of compile
+    arguments): the function's name, the kernel's symbol, the architecture it was built for, the cache
+    folder it was saved to or loaded from (None: uncached) and the kernel's `id` (as
+    `loop.worker.proof.watch_tilelang_compiles` records the kernels compiled in this process)."""
+    out = []
+    for name, impl in jit_functions(module).items():
+        held = [*getattr(impl, "_kernel_cache", {}).values(), *getattr(impl, "_tuner_cache", {}).values()]
+        for kernel in {id(k): k for k in held}.values():
+            func = getattr(kernel, "prim_func", None)
+            symbol = func.attrs.get("global_symbol") if func is not None and func.attrs is not None else None
+            out.append({"kernel": name, "symbol": str(symbol) if symbol else None, "arch": kernel_arch(kernel),
+                        "cache_path": getattr(kernel, "_tilelang_cache_path", None), "id": id(kernel)})
+    return out
 
 
 @contextlib.contextmanager
