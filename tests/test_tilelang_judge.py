@@ -287,6 +287,8 @@ def test_the_proof_holds_for_kernels_compiled_here_or_loaded_from_its_own_cache(
     here = tilelang_proof({"candidate": [_row(1)]}, compiled, "sm_90", own)
     assert here["ok"] and here["ran"] == "tilelang", here
     assert here["detail"] == "candidate: scale (main) for sm_90a, compiled here"
+    three = tilelang_proof({"candidate": [_row(1), _row(3), _row(4)]}, compiled + [{"id": 3}, {"id": 4}], "sm_90", own)
+    assert three["detail"] == "candidate: scale (main) for sm_90a, compiled here (x3)"  # one line per kind of kernel
     cached = tilelang_proof({"candidate": [_row(2, cache_path=f"{own}/4.1/linux-x86_64/kernels/ab12")]}, compiled,
                             "sm_90", own)
     assert cached["ok"] and "loaded from its own cache" in cached["detail"], cached
@@ -379,7 +381,8 @@ def test_a_kernel_compiled_in_the_kernel_process_lands_in_its_own_cache_and_is_p
 
 # -- on a GPU: judged measurements ------------------------------------------------------------------------
 
-def _judged_on_gpu(tmp_path: Path, op: str, dtypes: list[str], correctness: list, bench: list) -> dict:
+def _judged_on_gpu(tmp_path: Path, op: str, dtypes: list[str], correctness: list, bench: list,
+                   work: str = "work") -> dict:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible to torch")
@@ -396,8 +399,8 @@ def _judged_on_gpu(tmp_path: Path, op: str, dtypes: list[str], correctness: list
            "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
                      {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
            "dtypes": dtypes, "correctness_shapes": correctness, "bench_shapes": bench}
-    raw = run_worker(tmp_path / "work", job, backends.get("tilelang"), Settings(), tmp_path / "cache", name="judged")
-    (tmp_path / "raw.json").write_text(json.dumps(raw, default=str))
+    raw = run_worker(tmp_path / work, job, backends.get("tilelang"), Settings(), tmp_path / "cache", name="judged")
+    (tmp_path / f"{work}.json").write_text(json.dumps(raw, default=str))
     return raw
 
 
@@ -424,8 +427,9 @@ def test_the_vector_add_first_version_is_judged_against_itself_on_the_gpu(tmp_pa
     raw = _judged_on_gpu(tmp_path, "vector_add", ["float32"], [[127], [4097]], [[1 << 24]])
     _assert_judged(raw, "vector_add")
     kept = list((tmp_path / "cache").rglob("implementations/*/tilelang"))
-    assert len(kept) == 2, kept  # one cache folder of its own per implementation
-    again = _judged_on_gpu(tmp_path, "vector_add", ["float32"], [[127], [4097]], [[1 << 24]])
+    assert sorted(p.parent.name.split("-")[0] for p in kept) == ["candidate", "incumbent"], kept  # one each
+    assert all(list(p.rglob("device_kernel.cu")) for p in kept), kept
+    again = _judged_on_gpu(tmp_path, "vector_add", ["float32"], [[127], [4097]], [[1 << 24]], work="again")
     _assert_judged(again, "vector_add")  # the same source's kernels, found in its own folder
     assert "loaded from its own cache" in again["proof"]["detail"], again["proof"]
 

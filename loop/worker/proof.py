@@ -87,7 +87,8 @@ def tilelang_proof(kernels: dict[str, list[dict]], compiled: list[dict], arch: s
 
     expected = arch_target(int(arch.removeprefix("sm_"))) if arch else None
     here = {c["id"] for c in compiled}
-    problems, seen = [], []
+    problems: list[str] = []
+    seen: dict[str, int] = {}  # what each kernel is, and how many kernels (shapes, dtypes) are so
     for label, rows in kernels.items():
         for row in rows:
             name = f"{label}: {row['kernel']} ({row.get('symbol') or '?'})"
@@ -99,7 +100,8 @@ def tilelang_proof(kernels: dict[str, list[dict]], compiled: list[dict], arch: s
                 source = f"loaded from {row.get('cache_path') or 'no cache'}"
                 problems.append(f"{name}: neither compiled in this process nor loaded from this implementation's "
                                 f"own cache ({source})")
-            seen.append(f"{name} for {row.get('arch') or '?'}, {source}")
+            what = f"{name} for {row.get('arch') or '?'}, {source}"
+            seen[what] = seen.get(what, 0) + 1
             if expected is None or row.get("arch") != expected:
                 problems.append(f"{name}: built for {row.get('arch') or 'no architecture'}, not for this device's "
                                 f"{expected or '(no CUDA device)'}")
@@ -107,8 +109,9 @@ def tilelang_proof(kernels: dict[str, list[dict]], compiled: list[dict], arch: s
         return {"ran": "unknown", "ok": False, "detail": "no TileLang kernel compiled: the target's @tilelang.jit "
                                                           "functions hold none"}
     ok = not problems
+    kinds = [what if n == 1 else f"{what} (x{n})" for what, n in seen.items()]
     return {"ran": "tilelang" if ok else "unknown", "ok": ok,
-            "detail": "; ".join(problems + seen if problems else seen)[:800]}
+            "detail": "; ".join(list(dict.fromkeys(problems)) + kinds if problems else kinds)[:800]}
 
 
 def nvcc_proof(modules: dict[str, Any], arch: str | None) -> dict:
