@@ -379,6 +379,23 @@ def test_a_kernel_compiled_in_the_kernel_process_lands_in_its_own_cache_and_is_p
     sys.modules.pop("tileloop_impl_again", None)
 
 
+# -- the timing method ------------------------------------------------------------------------------------
+
+@needs_tilelang
+def test_a_tilelang_target_may_be_captured_in_a_cuda_graph():
+    """TileLang's default execution backend on CUDA is tvm_ffi (the first available), which launches on
+    torch's current stream (TVM-FFI reads it through torch's DLPack exchange API): the judge times
+    TileLang targets as it times Triton's, never eager-only."""
+    from tilelang.cuda.execution_backend import CUDA_EXECUTION_BACKENDS
+
+    from loop.common.messages import JobImpl
+    from loop.judge import choose_forms
+
+    assert CUDA_EXECUTION_BACKENDS[0].name == "tvm_ffi"
+    firsts = [JobImpl(op, str(REPO_ROOT / "kernels" / op / f"{op}_tilelang.py")) for op in ("vector_add", "softmax")]
+    assert choose_forms.eager_only(firsts) == {}
+
+
 # -- on a GPU: judged measurements ------------------------------------------------------------------------
 
 def _judged_on_gpu(tmp_path: Path, op: str, dtypes: list[str], correctness: list, bench: list,

@@ -5,10 +5,9 @@ interpreter's `InterpretedFunction.run`; autotuners and heuristics end there), c
 only compiles or looks up, and is not called at all where an entry point keeps its compiled kernel;
 each kernel is attributed to the `@tilelang.jit` function of the target that holds it) and any other
 language's launch hook, its registry entry's (CUDA C: its `solve` called, which launches its kernels)
-are watched while the checks run, and the target's own
-kernels (defined in its module) that launched are recorded by name; so are the target's host
-functions that were called (its module's functions and the methods of its classes, wrapped for the
-time of the checks).
+are watched while the checks run, and the target's own kernels (defined in its module) that launched
+are recorded by name; so are the target's host functions that were called (its module's functions
+and the methods of its classes, wrapped for the time of the checks).
 
 While timed, a recorder without the host watch (`host=False`) counts the launches of every timed
 request (`count`), so that the judge refuses timed calls that launched none of the target's
