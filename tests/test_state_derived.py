@@ -6,7 +6,7 @@ disagree; an older state.json that still holds them is read, what its records sa
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from dataclasses import fields
 
 from loop.common.messages import Decision
 from loop.records.results import Record, append_record
@@ -36,7 +36,7 @@ RECORDS = [
 ]
 
 
-def settings_only(root: Path) -> st.RunState:
+def settings_only() -> st.RunState:
     return st.RunState(run_id=RUN, branch="tileloop/r", origin_branch="main", target="k.py", spec="", language="triton",
                        op="op", device="cpu", target_backend="interpreter", backends=["interpreter"], availability={},
                        base_commit="c" * 40, seed=0, env={}, untracked_at_start=[], policy={})
@@ -55,10 +55,11 @@ def test_derive_counts_what_the_records_say():
     assert set(t.tried) == {"k:seen=1", "k:x=1", "k:y=sweep", "k:y=2", "k:y=4", "k:w=1", "k:z=1", "k:cut=2"}
     assert set(t.interrupted) == {"k:z=1", "k:cut=1", "k:cut=2"}
     assert st.derive([]) == st.Tally() and st.derive([]).last_iteration == -1 and st.derive([]).best_commit == ""
+    assert tuple(f.name for f in fields(st.Tally)) == st.DERIVED  # every derived field, and only those, is tallied
 
 
 def test_state_json_holds_no_derived_field_and_a_load_derives_them(tmp_path):
-    state = settings_only(tmp_path)
+    state = settings_only()
     state.best_commit, state.last_iteration, state.tried = "f" * 40, 9, ["k:x=1"]  # in memory only
     state.seen = ["k:seen=1"]
     st.save(tmp_path, state)
@@ -74,7 +75,7 @@ def test_state_json_holds_no_derived_field_and_a_load_derives_them(tmp_path):
 
 
 def test_an_older_state_json_is_read_its_records_winning(tmp_path):
-    state = settings_only(tmp_path)
+    state = settings_only()
     old = {**st.to_json(state), "schema": "tileloop.state/1", "best_commit": "f" * 40, "best_latency_ms": 9.0,
            "last_iteration": 2, "outcomes": ["keep"], "verdicts": ["improved"], "crash_causes": [], "demoted": [],
            "tried": ["k:x=1", "k:kept=64"], "interrupted": ["k:z=1", "k:sweep=cut"], "active_s": 99.0}
@@ -96,7 +97,7 @@ def test_an_older_state_json_is_read_its_records_winning(tmp_path):
 
 def test_the_suite_reads_a_run_through_its_records(tmp_path):
     assert st.view(tmp_path, RUN) is None
-    st.save(tmp_path, settings_only(tmp_path))
+    st.save(tmp_path, settings_only())
     assert st.view(tmp_path, RUN)["last_iteration"] == -1 and st.view(tmp_path, RUN)["best_commit"] == ""
     for r in RECORDS[:3]:
         append_record(st.results_path(tmp_path, RUN), r)

@@ -154,14 +154,19 @@ def derive(records: Iterable[Record], seen: Iterable[str] = (), cut: Iterable[st
 
 def tally_of(state: RunState) -> Tally:
     """The state's derived fields as they are in memory."""
-    return Tally(**{name: tuple(v) if isinstance(v, list) else v for name in DERIVED for v in [getattr(state, name)]})
+    return Tally(**{name: tuple(value) if isinstance(value, list) else value
+                    for name, value in ((name, getattr(state, name)) for name in DERIVED)})
+
+
+def as_fields(tally: Tally) -> dict:
+    """The tally as the state's fields hold it (lists, as the proposers extend them)."""
+    return {name: list(value) if isinstance(value, tuple) else value for name, value in asdict(tally).items()}
 
 
 def settle(state: RunState, tally: Tally) -> None:
-    """The state's derived fields set from `tally` (lists, as the proposers extend them)."""
-    for name in DERIVED:
-        value = getattr(tally, name)
-        setattr(state, name, list(value) if isinstance(value, tuple) else value)
+    """The state's derived fields set from `tally`."""
+    for name, value in as_fields(tally).items():
+        setattr(state, name, value)
 
 
 def recount(state: RunState, records: list[Record]) -> None:
@@ -276,8 +281,7 @@ def view(root: Path, run_id: str) -> dict | None:
         return None
     data = json.loads(path.read_text())
     records = readable_records(results_path(root, run_id))
-    tally = derive(records, *unrecorded(data, records))
-    return {**data, **{name: list(v) if isinstance(v, tuple) else v for name in DERIVED for v in [getattr(tally, name)]}}
+    return {**data, **as_fields(derive(records, *unrecorded(data, records)))}
 
 
 def set_current(root: Path, run_id: str) -> None:
