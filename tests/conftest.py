@@ -179,9 +179,8 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
-        nodeid = item.nodeid.rpartition("@")[0] or item.nodeid  # without the `@group` that loadgroup adds
-        for i, name in enumerate(LONGEST_FIRST):
-            if nodeid.endswith(name) or nodeid.split("/")[-1].startswith(name):
+        for i, name in enumerate(LONGEST_FIRST):  # startswith: a grouped test's nodeid ends in `@group`
+            if item.nodeid.endswith(name) or item.nodeid.split("/")[-1].startswith(name):
                 return i
         return len(LONGEST_FIRST)
 
