@@ -30,7 +30,8 @@ CUT_VERDICTS = ("void", "interrupted")  # a key decided so says nothing of its c
 SANDBOX = "sandbox"
 FINGERPRINT_KEYS = ("gpu", "capability", "driver", "cuda_runtime", "torch_version", "triton_version",
                     "cutile_version", "nvtriton")
-LANGUAGE_FINGERPRINT_KEYS = {"cuda": ("nvcc_version", "nvcc_flags")}  # the toolchain that builds that language's kernels
+# the toolchain that builds that language's kernels (TileLang lowers through its own TVM, then nvcc)
+LANGUAGE_FINGERPRINT_KEYS = {"cuda": ("nvcc_version", "nvcc_flags"), "tilelang": ("tilelang_version", "nvcc_version")}
 
 
 def fingerprint_keys(language: str) -> tuple[str, ...]:

@@ -165,7 +165,8 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
     if state is not None:
         entry["resumed"] = True  # the run spans suite calls (and maybe machines): its wall time is this call's
     if final is None and measure:  # no final measurement was asked for on the CPU
-        entry["final_error"] = (err_text or out)[-400:]
+        entry["final_error"] = ((err_text or out)[-400:] if (err_text or out).strip() else
+                                f"report --measure exited {rep_proc.returncode} with no output (killed?)")
     atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
     state = st.view(run_root, run_id) or {}
     if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
