@@ -26,6 +26,8 @@ HANDED_ON = {
     "loop/worker/proof.py": "the interpreter backend's proof: TRITON_INTERPRET=1 in force in this worker",
     "loop/worker/environment.py": "the Tile IR variables in force in this worker, for the environment fingerprint",
     "loop/worker/aot.py": "TRITON_INTERPRET removed before an ahead-of-time build in this worker",
+    "loop/worker/tilelang_build.py": "TileLang's own cache folder and default target, set in a kernel process "
+                                     "before TileLang is imported there",
     "loop/tools/doctor.py": "the isolation probe's child: the caller's environment, this tileloop importable",
     "loop/tools/campaign.py": "the L2 sizing's child (a spec's make_inputs): the caller's environment, this tileloop importable",
 }
