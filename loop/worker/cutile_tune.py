@@ -26,11 +26,11 @@ import inspect
 import json
 import math
 import numbers
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+from loop.common.files import atomic_write_text
 
 SUBFOLDER = "cutile-tune"
 FORMAT = "tileloop-cutile-tune/1"
@@ -217,16 +217,8 @@ def write_result(path: Path, key: str, space, result) -> bool:
     data = {"format": FORMAT, "key": key, "configs": len(space), "best": best, "successes": successes,
             "failures": failures}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        atomic_write_text(path, json.dumps(data))
     except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out)
-        os.replace(tmp, path)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
         return False
     return True
 
