@@ -138,16 +138,6 @@ class LaunchRecorder(contextlib.AbstractContextManager):
                 from triton.runtime.interpreter import InterpretedFunction
 
                 self._patch(InterpretedFunction, "run", wrapped_run)
-        elif self.language == "tilelang":  # the registry's hook: a compiled kernel called
-            owner, attr = _hook(self.language)
-
-            def wrapped_call(real):
-                def call(kernel, *args, **kwargs):
-                    recorder._record(recorder._jit_of(kernel))
-                    return real(kernel, *args, **kwargs)
-                return call
-
-            self._patch(owner, attr, wrapped_call)
         elif self.language == "cutile":
             import cuda.tile as ct
 
@@ -158,12 +148,14 @@ class LaunchRecorder(contextlib.AbstractContextManager):
                 return launch
 
             self._patch(ct, "launch", wrapped_launch)
-        else:  # any other language (CUDA C): the call its registry entry names, the kernel or entry point first
+        else:  # any other language: the call its registry entry names, the kernel or entry point first (CUDA C:
+            # solve; TileLang: a compiled kernel, credited to the target's @tilelang.jit function that holds it)
             owner, attr = _hook(self.language)
+            credited = recorder._jit_of if self.language == "tilelang" else (lambda first: first)
 
             def wrapped_hook(real):
                 def hook(first, *args, **kwargs):
-                    recorder._record(first)
+                    recorder._record(credited(first))
                     return real(first, *args, **kwargs)
                 return hook
 
