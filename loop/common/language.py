@@ -126,8 +126,14 @@ def language_of_file(name: str, source: str) -> Language | None:
     return None
 
 
+def not_python(path: Path) -> LanguageEntry | None:
+    """The language of a target that is not Python, by its file's suffix (`.cu`: CUDA C); None for a
+    Python file."""
+    return next((e for e in LANGUAGES.values() if e.suffix != ".py" and path.name.endswith(e.suffix)), None)
+
+
 def loader_of(path: Path) -> Callable[[str, Path], Any] | None:
     """How a worker loads a target that is not Python (its language's `load`, by the file's suffix);
     None for a Python file."""
-    entry = next((e for e in LANGUAGES.values() if e.suffix != ".py" and path.name.endswith(e.suffix)), None)
+    entry = not_python(path)
     return None if entry is None else resolve(entry.load)

@@ -50,7 +50,7 @@ from typing import Any
 
 from loop.common import arena, ipc, timing
 from loop.common.channel import Channel, ChannelClosed
-from loop.common.language import LANGUAGES
+from loop.common.language import LANGUAGES, not_python
 from loop.common.namespaces import own_triton_cache
 from loop.common.outputs import as_outputs, poison_allocator
 from loop.common.spec import Spec
@@ -148,7 +148,7 @@ class KernelSide:
             label = impl["label"]
             self.modules[label] = call_impl(label, "import", load_module, f"tileloop_impl_{label}", Path(impl["path"]))
             self.languages[label] = language_of(Path(impl["path"]), self.backend, self.device)
-            built_here = LANGUAGES[self.languages[label]].suffix != ".py"  # a library its load returns unbuilt
+            built_here = not_python(Path(impl["path"])) is not None  # a library its load returns unbuilt
             prepare = getattr(getattr(self.modules[label], "solve", None), "prepare", None)
             if self.device == "cuda" and built_here and callable(prepare):  # built for this device now: nvcc's
                 call_impl(label, "import", prepare, device_arch(torch))  # refusal is the candidate's compile error
@@ -296,9 +296,9 @@ def language_of(path: Path | None, backend: str, device: str) -> str:
     """The language of an implementation, from the registry: a file that is not Python by its suffix
     (`.cu`: CUDA C), any other by the backend that runs it (the language whose entry lists it for the
     device); Triton where none does."""
-    by_file = next((e.name for e in LANGUAGES.values()
-                    if path is not None and e.suffix != ".py" and path.name.endswith(e.suffix)), None)
-    return by_file or next((e.name for e in LANGUAGES.values() if backend in e.backends.get(device, ())), "triton")
+    by_file = not_python(path) if path is not None else None
+    return by_file.name if by_file else next((e.name for e in LANGUAGES.values()
+                                              if backend in e.backends.get(device, ())), "triton")
 
 
 def torch_provider(torch, spec, name: str):
