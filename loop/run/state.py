@@ -88,10 +88,6 @@ class RunState:
         return {k: self.env.get(k) for k in fingerprint_keys(self.language)}
 
 
-DERIVED = ("best_commit", "best_latency_ms", "last_iteration", "outcomes", "verdicts", "crash_causes", "demoted",
-           "tried", "interrupted", "active_s")  # RunState's fields that results.jsonl gives (`derive`)
-
-
 @dataclass(frozen=True)
 class Tally:
     """What a run's records say of it: the best version, the last iteration, what the stop rules and the
@@ -107,6 +103,9 @@ class Tally:
     tried: tuple[str, ...] = ()  # candidate keys already evaluated (a run's `seen` first)
     interrupted: tuple[str, ...] = ()  # keys cut off once (a kill, a void measurement): tried again once
     active_s: float = 0.0  # time spent in iterations, summed over sessions
+
+
+DERIVED = tuple(f.name for f in fields(Tally))  # RunState's fields that results.jsonl gives (`derive`)
 
 
 def cut_off(tally: Tally, key: str) -> Tally:
