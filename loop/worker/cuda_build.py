@@ -347,12 +347,6 @@ class _Solve:
         self.calls += 1
 
 
-def form_of(source: str, shown: str) -> str:
-    """SYNCHRONISING (timed eagerly) or STREAM (graph-capturable); a stream form that breaks its rules
-    is called as it is, like the synchronising one (`tileloop check` names what it breaks, at its line)."""
-    return cuda_c.timed_form(source, shown)
-
-
 def load_target(name: str, path: Path) -> types.ModuleType:
     """A CUDA C target as the worker calls it (the language's `load`): `solve` and `run` (the same
     entry point), its `SIGNATURE`, its `FORM`, and `build(archs)` for the compile gate."""
@@ -361,7 +355,7 @@ def load_target(name: str, path: Path) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__file__ = str(path)
     module.SIGNATURE = params
-    module.FORM = form_of(source, path.name)
+    module.FORM = cuda_c.timed_form(source, path.name)  # SYNCHRONISING (timed eagerly) or STREAM
     module.solve = module.run = _Solve(path, params, module.FORM, name)
     module.build = lambda archs: build(path, archs, shown=path.name)
     return module
