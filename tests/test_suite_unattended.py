@@ -219,6 +219,39 @@ def test_an_experiment_the_stop_interrupted_has_no_wall_time_and_is_not_counted(
     assert e["median_iteration_wall_s"] == pytest.approx(statistics.median(x["wall_s"] for x in lines[1:]))
 
 
+def test_an_experiment_cut_off_counts_at_the_seconds_it_had_run_and_the_median_says_so(tmp_path, suite_dir):
+    """An experiment a --per-run limit cut off counts in the suite's median at the seconds it had run (from
+    its start to the record that closed it), a lower bound: on an H200 suite call 13 of 20 experiments were
+    cut off after 60-140 s, and a median over the 7 that finished (17 s) read as met."""
+    lines = [json.loads(line) for line in RECORDS.read_text().splitlines() if line.strip()]
+    cut = {**lines[-1], "iteration": lines[-1]["iteration"] + 1, "status": "crash", "wall_s": 0.0,
+           "started": "2026-11-28T07:54:40+00:00", "finished": "2026-11-28T07:56:19+00:00",
+           "decision": {"action": "crash", "verdict": "interrupted", "reason": "the run was interrupted at stage measure"}}
+    run_dir = tmp_path / "softmax"
+    run_dir.mkdir()
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [*lines, cut]))
+    e = entry_from_run(run_dir, None, True, 1.0)
+    assert e["cut_experiment_s"] == [99.0] and 0.0 not in e["experiment_wall_s"]
+    for p in suite_dir.glob("*.json"):  # every finished experiment short; three cut off after 99 s ... 101 s
+        d = json.loads(p.read_text())
+        if "op" in d:
+            d["cut_experiment_s"] = [99.0, 100.0, 101.0] * (d["op"] in ("vector_add", "matmul"))
+            p.write_text(json.dumps(d))
+    path = tmp_path / "u.json"
+    assert main(["suite", "summarize", str(suite_dir), "--unattended-json", str(path)]) == 0
+    walls = [20.0, 30.0, 40.0, 10.0, 12.0, 50.0, 5.0, 6.0, 7.0, 8.0] + [99.0, 100.0, 101.0] * 2
+    text = path.with_suffix(".md").read_text()
+    assert (f"{statistics.median(walls):.1f} s over 16 experiments (needs <= 30 s: not met), from the records' "
+            "per-experiment wall times, 6 of them cut off by --per-run counted at the seconds they had run") in text
+    for p in suite_dir.glob("*.json"):  # one cut off, the median within the target: not shown, never met
+        d = json.loads(p.read_text())
+        if "op" in d:
+            d["cut_experiment_s"] = [31.0] * (d["op"] == "matmul")
+            p.write_text(json.dumps(d))
+    assert main(["suite", "summarize", str(suite_dir), "--unattended-json", str(path)]) == 0
+    assert "(needs <= 30 s: not shown: cut-off experiments counted at lower bounds)" in path.with_suffix(".md").read_text()
+
+
 def test_the_suite_keeps_the_list_of_its_targets_over_calls(suite_dir):
     listed = json.loads((suite_dir / TARGETS_FILE).read_text())["targets"]
     assert listed == ["kernels/vector_add/vector_add_triton.py", "kernels/matmul/matmul_cutile.py",

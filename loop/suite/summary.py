@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from datetime import datetime
 from pathlib import Path
 
 from loop.common.errors import UserError
@@ -88,8 +89,18 @@ def from_records(recs: list[Record]) -> dict:
     best = next((r for r in reversed(recs) if r.status == "keep"), None)
     where = roofline(best, recs[0].target_backend) if best else None
     done = [r for r in recs[1:] if not interrupted(r)]
-    return {"experiment_wall_s": [r.wall_s for r in done], "records_wall_s": round(sum(r.wall_s for r in recs), 3),
-            "roofline": where.basis if where else None}
+    cut = [s for r in recs[1:] if interrupted(r) and (s := elapsed_s(r)) is not None]
+    return {"experiment_wall_s": [r.wall_s for r in done], "cut_experiment_s": cut,
+            "records_wall_s": round(sum(r.wall_s for r in recs), 3), "roofline": where.basis if where else None}
+
+
+def elapsed_s(r: Record) -> float | None:
+    """Seconds from an interrupted experiment's start to the record that closed it (the stop, or the
+    repair after a `--per-run` cut): a lower bound of what the experiment would have taken."""
+    try:
+        return round((datetime.fromisoformat(r.finished) - datetime.fromisoformat(r.started)).total_seconds(), 3)
+    except (TypeError, ValueError):
+        return None
 
 
 def interrupted(r: Record) -> bool:
@@ -286,8 +297,8 @@ def languages(entries: list[dict]) -> list[str]:
 
 def load_entries(paths: list[Path]) -> list[dict]:
     """The suite entries in `paths` (folders or entry files). An entry written before entries kept
-    their records' wall times gets them from the records the suite copied beside it
-    (`<run>-results.jsonl`), where there are some."""
+    their records' wall times (and their cut-off experiments' seconds) gets them from the records the
+    suite copied beside it (`<run>-results.jsonl`), where there are some."""
     out = []
     for p in paths:
         if not p.exists():
@@ -300,7 +311,7 @@ def load_entries(paths: list[Path]) -> list[dict]:
                 raise UserError(f"{f} is not a JSON suite entry") from None
             if isinstance(d, dict) and d.get("schema") == ENTRY_SCHEMA:
                 beside = f.parent / f"{d.get('run')}-results.jsonl"
-                if "error" not in d and "experiment_wall_s" not in d and beside.is_file():
+                if "error" not in d and not {"experiment_wall_s", "cut_experiment_s"} <= set(d) and beside.is_file():
                     d.update(from_records([Record.from_json(json.loads(line)) for line in beside.read_text().splitlines()
                                            if line.strip()]))
                 out.append(d)
