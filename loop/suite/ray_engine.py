@@ -25,10 +25,19 @@ resume` records it; a second loss leaves the run as its last checkpoint left it,
 so. Ray's own retry of a task is off: it would start the run anew in a fresh clone. A SIGTERM
 while something is taken in waits until it is in whole.
 
+No task holds the suite up for good: one that has not said it began (`Started`) `START_S` after
+it was sent, or after the suite's last task that had begun left the cluster (it may have waited
+for that one's slot), and one still running `--per-run` plus `GRACE_S` after it began, is
+cancelled, and its entry says why in one line (for one that never began, the last line of a traceback in the local
+cluster's worker logs, such as a worker that could not import Ray); the suite goes on with the
+others. What of its run came back stays, as for a failed task: `suite run --ray --resume` goes on
+from its last checkpoint, or starts it anew.
+
 With no ADDRESS (and no RAY_ADDRESS), tileloop starts a local cluster sized to the targets and
 stops it at the end, its logs kept in `<out-dir>/ray-logs/`; with one, it joins that cluster,
 whose nodes need this tileloop installed (and the settings, TILELOOP_*, set as they should be:
-a task's runs take the environment of the node's Ray worker)."""
+a task's runs take the environment of the node's Ray worker). A local cluster's workers import
+this tileloop, and Ray and the rest from the driver's own PYTHONPATH after it."""
 
 from __future__ import annotations
 
@@ -54,6 +63,7 @@ from loop.suite.ray_task import (
     OUT_FOLDER,
     RUN_FOLDER,
     Checkpoint,
+    Started,
     TaskInput,
     TaskResult,
     last_sealed,
@@ -86,6 +96,14 @@ SOCKET_ROOT_MOST = 107 - len("/ray/session_2026-01-01_00-00-00_000000_4194304/so
 LOGS = "ray-logs"  # under the output folder: the local cluster's logs
 OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
 WAIT_S = 1.0  # between looks at the tasks' streams
+# a task's worker imports Ray, tileloop and the task's arguments, then says it began: one that has not, this
+# long after it was sent or after the suite's other tasks left the cluster, never will (its workers die at start) or waits
+# on a cluster too busy to run it
+START_S = 120.0
+# past a task's --per-run (which its own run keeps): the run's repair, its report (a final measurement on
+# a GPU) and the way back; a task still running then is stuck
+GRACE_S = 300.0
+LOG_TAIL_BYTES = 64 * 1024  # read of each worker log's end for a traceback
 
 
 def import_ray():
@@ -95,6 +113,45 @@ def import_ray():
     except ImportError:
         raise UserError(f"--ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
     return ray
+
+
+def worker_env_vars() -> dict[str, str]:
+    """The variables a local cluster's workers get: PYTHONPATH with this tileloop first, then the
+    driver's own entries (where Ray itself may be, installed with `pip install --target`)."""
+    driver = os.environ.get("PYTHONPATH")
+    return with_package_path({"PYTHONPATH": driver} if driver else {})
+
+
+def traceback_end(logs: Path) -> tuple[str, str] | None:
+    """The last line of the last traceback in the newest worker log (`*.err`) under a cluster's
+    logs folder that holds one, and that log's path under the folder; None when none does."""
+    found = []
+    for path in logs.rglob("*.err"):
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+                text = f.read().decode(errors="replace")
+            mtime = path.stat().st_mtime
+        except OSError:  # rotated or removed meanwhile
+            continue
+        line = _exception_line(text)
+        if line is not None:
+            found.append((mtime, str(path.relative_to(logs)), line))
+    if not found:
+        return None
+    _, name, line = max(found)
+    return line, name
+
+
+def _exception_line(text: str) -> str | None:
+    """The line that ends the last Python traceback in `text` (`ModuleNotFoundError: ...`), or None."""
+    head = text.rfind("Traceback (most recent call last):")
+    if head < 0:
+        return None
+    for line in text[head:].splitlines()[1:]:
+        if line.strip() and not line[0].isspace() and not set(line.strip()) <= set("^~ "):
+            return line.strip()
+    return None
 
 
 @contextlib.contextmanager
@@ -156,13 +213,16 @@ class DriverCost:
 class Task:
     """A target's task in flight, as the driver follows it: its stream, the run's refs here as the
     task last left them (as sent, then as each checkpoint set them), the last iteration checkpointed
-    here (-1: none), the node it ran on, why an earlier task of the target was lost (if one was),
-    and what the run has cost the driver so far."""
+    here (-1: none), when it was sent and when it began (this host's monotonic clock), the node it
+    ran on, why an earlier task of the target was lost (if one was), and what the run has cost the
+    driver so far."""
 
     target: str
-    stream: object  # Ray's generator of object references: checkpoints, then the result
+    stream: object  # Ray's generator of object references: word that it began, checkpoints, then the result
     refs: dict[str, str]
     checkpoint: int
+    sent: float = 0.0
+    started: float | None = None  # None: it has not said it began
     node: str = "its node"
     lost: str | None = None
     cost: DriverCost = field(default_factory=DriverCost)
@@ -209,7 +269,8 @@ class Sender:
         cost = cost or DriverCost()
         cost.sent_bytes += job.bundle_bytes + len(job.records or b"")
         cost.send_s += time.monotonic() - t0
-        return Task(target=target, stream=stream, refs=job.refs, checkpoint=here, lost=lost, cost=cost)
+        return Task(target=target, stream=stream, refs=job.refs, checkpoint=here, sent=time.monotonic(), lost=lost,
+                    cost=cost)
 
     def job(self, target: str) -> Job:
         """A new run (no bundle yet: the shared one goes with it) or a run to resume: its refs, a
@@ -265,6 +326,9 @@ class RayEngine:
             sender = Sender(ray, call, remote, identity)
             tasks = [sender.send(target) for target in todo]
             resent: list[str] = []  # targets sent again after a lost task, once each
+            # when a task of the suite that had begun last held a slot of the cluster: a task that has not begun
+            # may be waiting for that slot, and its time to begin counts from then
+            held = 0.0
             while tasks:
                 ready, _ = ray.wait([t.stream for t in tasks], num_returns=len(tasks), timeout=0)
                 if not ready:  # wait here, not inside Ray: a SIGTERM's exit raised in Ray's wait comes out as exit 1
@@ -274,6 +338,7 @@ class RayEngine:
                         entry = self._follow(call, task)
                     except LostTask as lost:
                         tasks.remove(task)
+                        held = time.monotonic() if task.started is not None else held
                         if task.target in resent:
                             done[task.target] = self._failed(call, task, f"{lost}, a second time")
                         else:
@@ -282,7 +347,16 @@ class RayEngine:
                         continue
                     if entry is not None:
                         tasks.remove(task)
+                        held = time.monotonic() if task.started is not None else held
                         done[task.target] = entry
+                held = time.monotonic() if any(t.started is not None for t in tasks) else held
+                for task in [t for t in tasks if not any(t.stream is r for r in ready)]:
+                    why = self._overdue(call, task, held, logs)
+                    if why is not None:
+                        tasks.remove(task)
+                        held = time.monotonic() if task.started is not None else held
+                        self._cancel(task)
+                        done[task.target] = self._failed(call, task, why)
         finally:
             self._stop(logs, call.out_dir)
         return [done[t] for t in call.targets if t in done]
@@ -332,11 +406,50 @@ class RayEngine:
         except self.ray.exceptions.RayError as exc:
             return self._failed(call, task, type(exc).__name__)
         task.cost.fetch_s += time.monotonic() - t0  # the item's bytes from its node's object store to this one
+        if task.started is None:  # any item says the task began (`Started` is its first)
+            task.started = time.monotonic()
+        if isinstance(item, Started):
+            task.node = item.node
+            call.log(f"[ray] {task.target}: began on {item.node} (task pid {item.pid})")
+            return None
         with sigterm_held():  # a SIGTERM now ends the suite once what came back is in whole
             if isinstance(item, Checkpoint):
                 self._checkpoint(call, task, item)
                 return None
             return self._take(call, task, item)
+
+    def _overdue(self, call: SuiteCall, task: Task, held: float, session: Path | None) -> str | None:
+        """Why the driver stops waiting for a task with nothing ready (one line), or None: it has not
+        said it began `START_S` after it was sent or after a task of the suite last held a slot
+        (`held`: it may have waited for that one), or it is still running `--per-run` plus `GRACE_S`
+        after it began."""
+        now = time.monotonic()
+        if task.started is None:
+            if now - max(task.sent, held) < START_S:
+                return None
+            since = "the suite's other tasks left the cluster" if held > task.sent else "it was sent"
+            return f"it had not begun {START_S:g} s after {since}: {self._why_not_begun(session)}"
+        if call.per_run_s is not None and now - task.started > call.per_run_s + GRACE_S:
+            return (f"it was still running on {task.node} {call.per_run_s + GRACE_S:g} s after it began "
+                    f"(--per-run {call.per_run_s:g} s, and {GRACE_S:g} s for its repair, report and way back); cancelled")
+        return None
+
+    def _why_not_begun(self, session: Path | None) -> str:
+        """What the cluster's worker logs say of a task that never began, in words (one line)."""
+        if session is None:  # a cluster joined: its workers' logs are on its nodes
+            return ("no worker of the cluster ran it (its workers may die at start: see logs/worker-*.err in the Ray "
+                    "session folder of each node; or the cluster has no CPU or GPU free for it)")
+        end = traceback_end(session / "logs")
+        if end is None:
+            return f"no worker of the local cluster ran it, and no worker log ({LOGS}/*.err) holds a traceback"
+        line, name = end
+        return f"a worker of the local cluster died at start: {line} ({LOGS}/{name})"
+
+    def _cancel(self, task: Task) -> None:
+        """A task given up on cancelled (a pending one never runs; a running one's worker is killed,
+        its run's processes with it); what of its run came back stays here."""
+        with contextlib.suppress(self.ray.exceptions.RayError, TypeError, ValueError):  # ended meanwhile
+            self.ray.cancel(task.stream, force=True)
 
     def _resend(self, call: SuiteCall, sender: Sender, task: Task, lost: str) -> Task:
         """A lost task's run sent again: resumed from its last checkpoint here, or from the start."""
@@ -411,12 +524,14 @@ class RayEngine:
         on_sigterm = signal.getsignal(signal.SIGTERM)  # the suite's: Ray's driver puts its own in place
         try:
             if address:
+                # the nodes' workers take their own node's environment (PYTHONPATH included): the driver's
+                # paths need not exist there, so none of them is passed on
                 self.ray.init(address=address, log_to_driver=False)
                 call.log(f"[ray] joined the cluster at {address}: {self.ray.cluster_resources()}")
                 return None
             cpus = max(1, min(tasks, os.cpu_count() or 1))
             context = self.ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                                    object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": with_package_path({})},
+                                    object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": worker_env_vars()},
                                     **self._temp_root())
             call.log(f"[ray] started a local cluster: {self.ray.cluster_resources()}")
             return Path(context.address_info["session_dir"])

@@ -1,5 +1,6 @@
 """A `suite run --ray` task and what travels between it and the driver, with no shared filesystem:
-its input (`TaskInput`, and a git bundle of the commit the suite starts from), the checkpoints it
+its input (`TaskInput`, and a git bundle of the commit the suite starts from), word that it began
+(`Started`, its first item: the driver gives a task that never sends it a deadline), the checkpoints it
 sends while its run goes on (`Checkpoint`) and its result when the run ends (`TaskResult`), each a
 bundle of the run's new git objects and a tar archive of its records; the helpers that make and
 take them in (a ref set only where it did not move meanwhile, records swapped in whole).
@@ -71,6 +72,16 @@ class TaskResult:
     bundle: bytes | None
     archive: bytes
     log: list[str]
+
+
+@dataclass(frozen=True)
+class Started:
+    """A task's first item, sent as soon as its worker runs it: where it runs (the node and the
+    task's process). A task whose worker never starts sends none, and the driver stops waiting."""
+
+    target: str
+    node: str
+    pid: int
 
 
 @dataclass(frozen=True)
@@ -265,8 +276,9 @@ def sweep_clones() -> list[Path]:
 
 def run_task(spec: TaskInput, bundle: bytes, records: bytes | None):
     """One target's run in a clone of its own made from `bundle` (with `records`, the run's
-    `sandbox/<run>/` to resume): a stream of a `Checkpoint` per iteration sealed while it runs, then
-    the `TaskResult` of the run when it ends, whichever way it ends."""
+    `sandbox/<run>/` to resume): a stream of `Started` at once, a `Checkpoint` per iteration sealed
+    while it runs, then the `TaskResult` of the run when it ends, whichever way it ends."""
+    yield Started(target=spec.target, node=socket.gethostname(), pid=os.getpid())
     run_id, branch = run_id_of(spec.target), branch_of(spec.target)
     lines: list[str] = []
     swept = sweep_clones()
