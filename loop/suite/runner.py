@@ -105,6 +105,17 @@ def _run_child(cmd: list[str], run_root: Path, run_id: str, out_dir: Path, per_r
     return proc.returncode, False
 
 
+def last_error(log_path: Path, most: int = 300) -> str | None:
+    """The last `error:` line a run wrote to its log (its one-line reason for stopping), cut to `most`
+    characters; None where there is none."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = next((line for line in reversed(lines) if line.startswith("error:")), None)
+    return found[len("error:"):].strip()[:most] if found else None
+
+
 def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
              env: dict, children: Children, log, resume: bool = False) -> dict:
     """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the
@@ -146,9 +157,13 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
                                          append=state is not None)
     wall = time.monotonic() - t0
     run_dir = run_root / "sandbox" / run_id
-    if not (run_dir / "results.jsonl").is_file():
-        log(f"[suite] {target}: no records (exit {returncode}); see {run_id}.log")
-        return {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path), "error": f"no records (exit {returncode})"}
+    if not (run_dir / "results.jsonl").is_file():  # e.g. a baseline that does not pass: said in the entry, not only the log
+        why = last_error(out_dir / f"{run_id}.log")
+        log(f"[suite] {target}: no records (exit {returncode}){': ' + why if why else ''}; see {run_id}.log")
+        entry = {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path),
+                 "error": f"no records (exit {returncode})" + (f": {why}" if why else "")}
+        atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        return entry
     measure = ["--measure"] if "--device" not in extra or extra[extra.index("--device") + 1] == "cuda" else []
     rep_proc = children.popen([sys.executable, "-m", "loop", "report", "--run", run_id, *measure, "--json"], cwd=run_root,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
