@@ -133,18 +133,62 @@ BOTTLENECK_ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # occupancy): those are the levers that can close the gap, while hints (cache policy, store path,
 # latency hints, pipelining depth, approximate math) move a memory-bound kernel by a few percent. So,
 # once the baseline's distance to its roofline is measured (`Analysis.headroom`: its fraction of the
-# same-run clone bandwidth at the largest benchmark shape), candidates are ordered by expected gain:
-# a lever is expected to close its share of the gap (log-scale: share * log(1 / headroom)), a hint
-# HINT_GAIN, whatever the gap. The shares are priors, not measurements: on an H200 the autotune space
-# won 2.4-6.4x on every cuTile row kernel and the block steps of the Triton row kernels 3-25% each,
-# while persistent grids and chunked row loops lost on most kernels they were tried on (suite of
-# 2026-11-22), so those get small shares. Experience of the same timing lane (`tileloop experience`)
-# updates each prior as two pseudo-tries would: (2 * prior + the kept tries' log-gains) / (tries + 2).
+# same-run clone bandwidth at the largest benchmark shape), candidates are ordered by expected gain
+# per expected second of their experiment (the cost model below): a lever is expected to close its
+# share of the gap (log-scale: share * log(1 / headroom)), a hint HINT_GAIN, whatever the gap. The
+# shares are priors, not measurements: on an H200 the autotune space won 2.4-6.4x on every cuTile
+# row kernel and the block steps of the Triton row kernels 3-25% each, while persistent grids and
+# chunked row loops lost on most kernels they were tried on (suite of 2026-11-22), so those get small
+# shares. Experience of the same timing lane (`tileloop experience`) updates each prior as two
+# pseudo-tries would: (2 * prior + the kept tries' log-gains) / (tries + 2).
 # Without a measured headroom (a CPU run, a dot kernel with no same-run matmul rate, `playbook plan`
 # outside a run) the static tables above stand. The stop rules are not touched by any of this.
 LEVER_SHARE = {"autotune": 0.8, "block": 0.7, "whole-row": 0.6, "occupancy": 0.4, "num_warps": 0.4,
                "tileir-configs": 0.4, "tma": 0.3, "row-chunks": 0.05, "persistent": 0.05}
 HINT_GAIN = 0.03  # a hint's expected gain: a few percent, near or far from the roofline
+
+# What an experiment costs. A run has a time limit (the suite's --per-run), so the measured order is by
+# expected gain per expected second: a candidate's expected log-speedup (above) divided by the seconds
+# its experiment is expected to take. The model: one measurement of a candidate times STEP_S for one
+# version (its compile, correctness, and its timing at every key the judge times: the drawn and the
+# benchmark shapes, the incumbent beside it), plus VARIANT_S for each further version it carries (an
+# autotune's configs, each compiled and timed at every key; a sweep's values, timed together); a
+# sweep's best value is then measured again alone (one more STEP_S, `loop.run.sweep`), and a claim
+# over REMEASURE_OVER is measured again before it counts (the decided measurement twice). Calibrated
+# on 4x H200, suite run of 2026-11-28 (16 Triton/cuTile targets, --per-run 140 s): a one-line hint
+# took ~7-15 s; a 4-value sweep ~35 s plus a 13 s re-measurement of its best (35-50 s); an exhaustive
+# autotune of 9-30 configs 60-190 s (13 of the 16 runs spent their whole limit inside a first
+# autotune and kept nothing). So a sweep of the bounding parameter (~42 s) comes before the autotune
+# of the same lever (~60-190 s), which then refines; and a hint (~12 s, a few percent) after both
+# while the gap is large (a 4-value block sweep's share of it per second outweighs a hint's few
+# percent per second until the best version is at ~0.86 of its roofline).
+STEP_S = 12.0
+VARIANT_S = 6.0
+REMEASURE_OVER = 3.0  # loop.decide.rules.Policy.suspicious (the playbook imports nothing of loop.decide)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What one experiment on a candidate measures: `variants` versions (an autotune's configs, a
+    sweep's values; 1: a one-line change), `swept` where they are a sweep's values."""
+
+    variants: int = 1
+    swept: bool = False
+
+    def seconds(self, speedup: float | None = None) -> float:
+        """Its expected seconds (the cost model above); `speedup`: the expected one, None where not known."""
+        measured = STEP_S + VARIANT_S * (max(self.variants, 1) - 1)
+        decided = STEP_S if self.swept else measured
+        again = decided if speedup is not None and speedup > REMEASURE_OVER else 0.0
+        return measured + (decided if self.swept else 0.0) + again
+
+    def text(self, speedup: float | None = None) -> str:
+        """Its expected seconds and what they are, e.g. "~42 s (a sweep of 4 values, then the best alone)"."""
+        what = ("a sweep of {n} values, then the best alone" if self.swept else
+                "{n} configs, each compiled and timed at every key" if self.variants > 1 else "one version")
+        again = speedup is not None and speedup > REMEASURE_OVER
+        return (f"~{self.seconds(speedup):.0f} s ({what.format(n=self.variants)}"
+                + (f"; twice: a claim over {REMEASURE_OVER:g}x is measured again" if again else "") + ")")
 
 
 @dataclass(frozen=True)
@@ -223,18 +267,27 @@ class Analysis:
             return prior
         return (2 * prior + seen.log_gain_kept) / (seen.tries + 2)
 
-    def order_reason(self, kind: str) -> str:
-        """One line: why `kind` stands where it does in the order."""
+    def expected_speedup(self, kind: str) -> float | None:
         gain = self.expected_gain(kind)
-        if gain is None:
+        return None if gain is None else math.exp(gain)
+
+    def expected_seconds(self, kind: str, experiment: Experiment = Experiment()) -> float:
+        """The seconds `experiment` on a candidate of `kind` is expected to take (a claim over
+        REMEASURE_OVER measured twice, where the expected speedup is known)."""
+        return experiment.seconds(self.expected_speedup(kind))
+
+    def order_reason(self, kind: str, experiment: Experiment = Experiment()) -> str:
+        """One line: why `kind` stands where it does in the order, and what its experiment costs."""
+        speedup = self.expected_speedup(kind)
+        if speedup is None:
             return "static order of the playbook for this kernel class" + (
-                f" (measured {self.bottleneck})" if self.bottleneck else "")
+                f" (measured {self.bottleneck})" if self.bottleneck else "") + f"; {experiment.text()}"
         what = (f"lever: expected to close {LEVER_SHARE[kind]:.0%} of the gap to the roofline"
                 if kind in LEVER_SHARE else f"hint: a few percent ({HINT_GAIN:.0%}) whatever the gap")
         seen = next((row for row in self.learned if row.kind == kind), None)
         if seen is not None:
             what += f"; experience: {seen.kept} of {seen.tries} kept"
-        return f"{what}; expected {math.exp(gain):.2f}x"
+        return f"{what}; expected {speedup:.2f}x in {experiment.text(speedup)}"
 
     def priority(self) -> list[str]:
         order = list(PRIORITY[self.language][self.kernel_class])
@@ -244,12 +297,14 @@ class Analysis:
         rest = [k for k in order if k not in promote and k not in demote]
         return [*promote, *rest, *(k for k in order if k in demote)]
 
-    def rank_key(self, kind: str) -> tuple[float, int]:
-        """Where a change kind goes: by expected gain, highest first, where the headroom is measured;
-        then by the static priority (the only key without a headroom). Kinds not listed go last."""
+    def rank_key(self, kind: str, experiment: Experiment = Experiment()) -> tuple[float, int]:
+        """Where a candidate goes: by expected gain per expected second of its experiment, highest
+        first, where the headroom is measured; then by the static priority of its kind (the only key
+        without a headroom). Kinds not listed go last."""
         order = self.priority()
         gain = self.expected_gain(kind)
-        return (0.0 if gain is None else -gain, order.index(kind) if kind in order else len(order))
+        rate = 0.0 if gain is None else gain / experiment.seconds(math.exp(gain))
+        return (-rate, order.index(kind) if kind in order else len(order))
 
 
 _BUILTINS = set(dir(builtins))  # min(), max(), range() in a kernel are Python on scalars, not reductions

@@ -10,14 +10,14 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from loop.common.errors import UserError
-from playbook.analysis import Analysis
+from playbook.analysis import Analysis, Experiment
 from playbook.recipe import Candidate, Recipe, inapplicable, registered
 
-__all__ = ["attempt", "current_keys", "get", "inapplicable", "next_candidate", "page_path", "page_text", "ranked",
-           "recipes", "why_nothing"]
+__all__ = ["attempt", "current_keys", "experiment", "get", "inapplicable", "next_candidate", "page_path", "page_text",
+           "ranked", "recipes", "why_nothing"]
 
 
 # The recipe modules, in the order the playbook lists their recipes (`tileloop playbook list`,
@@ -68,13 +68,22 @@ def next_candidate(source: str, analysis: Analysis, tried: Sequence[str], demote
 
 def ranked(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],
            skip: Sequence[str] = ()) -> list[Candidate]:
-    """Every untried candidate in the order `next_candidate` offers them, from one pass over the recipes."""
+    """Every untried candidate in the order `next_candidate` offers them, from one pass over the recipes:
+    kinds kept at low gain last, then by tier, then by expected gain per expected second of the
+    experiment (`Analysis.rank_key`; the static priority where no headroom is measured)."""
     pool: list[Candidate] = []
     for recipe in recipes():
         if recipe.id not in skip and analysis.language in recipe.languages and recipe.applies(analysis):
             pool.extend(c for c in recipe.candidates(source, analysis) if c.key not in tried)
-    pool.sort(key=lambda c: (c.kind in demoted, c.tier, *analysis.rank_key(c.kind)))
+    pool.sort(key=lambda c: (c.kind in demoted, c.tier, *analysis.rank_key(c.kind, experiment(c, tried))))
     return pool
+
+
+def experiment(cand: Candidate, tried: Collection[str] = ()) -> Experiment:
+    """What the unattended loop measures when it takes `cand`: its sweep's untried values (timed
+    together, the best then alone) where it carries a sweep with two or more left, else its configs."""
+    sweep = cand.sweep.untried(tried) if cand.sweep is not None else None
+    return Experiment(len(sweep.values), swept=True) if sweep is not None else Experiment(cand.configs)
 
 
 def why_nothing(source: str, analysis: Analysis, tried: Sequence[str], skip: Sequence[str] = ()) -> dict[str, str]:

@@ -76,6 +76,9 @@ class Candidate:
     # more values of the same variable, this candidate's own first: the unattended loop and `step --recipe`
     # time them in one experiment; `step --key <key>` (and `playbook apply`) take this one value alone
     sweep: Sweep | None = None
+    # the versions one measurement of this candidate compiles and times at every key the judge times: an
+    # autotune's configs (what the playbook's order charges for it, `playbook.analysis.Experiment`); 1: one
+    configs: int = 1
 
 
 def with_sweep(cand: Candidate, variable: str, current: object, base: str,

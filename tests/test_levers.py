@@ -10,10 +10,11 @@ import math
 import subprocess
 import sys
 
+from loop.decide.rules import Policy
 from loop.records.results import BackendResult, Record
 from loop.run import levers
-from playbook.analysis import HINT_GAIN, LEVER_SHARE, Learned, analyze
-from playbook.base import ranked
+from playbook.analysis import HINT_GAIN, LEVER_SHARE, REMEASURE_OVER, Experiment, Learned, analyze
+from playbook.base import experiment, ranked
 
 # A user's cuTile element-wise kernel written with small 1-D tiles and no tuning of its own.
 SMALL_TILES = '''
@@ -181,3 +182,88 @@ def test_far_from_the_matmul_rate_a_dot_kernels_order_is_by_expected_gain():
     payload = levers.order_payload(ranked(MATMUL, an, (), ()), an, where)
     assert payload["why"].startswith("by expected gain") and "matmul rate" in payload["why"]
     assert payload["roofline"]["fraction"] == 0.27 and payload["order"][0]["lever"] is True
+
+
+# Gain per second: the order of the suite of 2026-11-28, where 13 of 16 runs spent their whole limit inside
+# a first exhaustive autotune. Triton vector_add at 0.30 of its roofline printed: autotune (12 configs)
+# 2.62x; BLOCK 128 -> 256 (a sweep of 4 values) 2.32x; NUM_WARPS 1 -> 2 1.62x; ...; the eviction hint.
+VECTOR_ADD = "kernels/vector_add/vector_add_triton.py"
+
+
+def _measured(path: str, headroom: float, skip=()):
+    src = open(path).read()
+    an = dataclasses.replace(analyze(src), headroom=headroom)
+    return an, ranked(src, an, (), (), skip)
+
+
+def test_a_cheap_sweep_of_the_bounding_lever_comes_before_the_exhaustive_autotune():
+    an, pool = _measured(VECTOR_ADD, 0.3)
+    kinds = [c.kind for c in pool]
+    first, tune = pool[0], pool[kinds.index("autotune")]
+    assert first.kind == "block" and first.sweep is not None  # the sweep of the bounding parameter
+    assert an.expected_gain("autotune") > an.expected_gain("block")  # the autotune promises more ...
+    assert an.expected_seconds("autotune", experiment(tune)) > an.expected_seconds("block", experiment(first))
+    assert kinds.index("block") < kinds.index("autotune") < kinds.index("eviction")  # the hint after both
+    assert experiment(first) == Experiment(len(first.sweep.values), swept=True)
+    assert experiment(tune) == Experiment(tune.configs) and f"({tune.configs} configs" in tune.title
+
+
+def test_the_order_names_the_expected_seconds_and_the_reason():
+    an, pool = _measured(VECTOR_ADD, 0.3)
+    payload = levers.order_payload(pool, an, levers.Roofline(0.3, "0.30 of the same-run clone bandwidth"))
+    assert payload["why"].startswith("by expected gain per expected second")
+    for entry, cand in zip(payload["order"], pool):
+        seconds = an.expected_seconds(cand.kind, experiment(cand))
+        assert f"expected {an.expected_speedup(cand.kind):.2f}x in ~{seconds:.0f} s (" in entry["reason"]
+    assert "a sweep of 4 values, then the best alone" in payload["order"][0]["reason"]
+    assert any(line.startswith("  1. BLOCK") and "lever: expected to close 70% of the gap" in line
+               for line in levers.order_text(payload))
+    static = levers.order_payload(pool, analyze(open(VECTOR_ADD).read()), None)
+    assert all(o["reason"].startswith("static order") and " s (" in o["reason"] for o in static["order"])
+
+
+def test_the_autotune_comes_first_when_it_is_the_only_lever():
+    for headroom in (0.3, 0.05):  # at 0.05 it promises over 3x and is charged a second measurement
+        an, pool = _measured(VECTOR_ADD, headroom, skip=("launch-param", "triton-persistent"))
+        assert [c.kind for c in pool] == ["autotune", "eviction"]
+    assert an.expected_speedup("autotune") > REMEASURE_OVER
+    assert "twice" in an.order_reason("autotune", experiment(pool[0]))
+
+
+def test_near_the_roofline_a_hint_comes_before_an_exhaustive_autotune():
+    an, pool = _measured(VECTOR_ADD, 0.95)
+    kinds = [c.kind for c in pool]
+    assert kinds.index("eviction") < kinds.index("autotune")  # a few percent in seconds beats a few percent in minutes
+    far = [c.kind for c in _measured(VECTOR_ADD, 0.3)[1]]
+    assert far.index("eviction") > far.index("autotune")
+
+
+def test_the_cost_model_reproduces_its_calibration():
+    # 4x H200, suite of 2026-11-28: a one-line hint ~7-15 s, a 4-value sweep ~35-50 s (with the best measured
+    # again alone), an exhaustive autotune of 9-30 configs 60-190 s
+    assert 7 <= Experiment().seconds() <= 15
+    assert 35 <= Experiment(4, swept=True).seconds() <= 50
+    assert 55 <= Experiment(9).seconds() < Experiment(30).seconds() <= 190
+    # a claim over the rules' suspicious threshold is measured again: the autotune twice, a sweep's best alone twice
+    assert REMEASURE_OVER == Policy().suspicious
+    assert Experiment(12).seconds(REMEASURE_OVER + 0.5) == 2 * Experiment(12).seconds(REMEASURE_OVER)
+    assert Experiment(4, True).seconds(REMEASURE_OVER + 0.5) - Experiment(4, True).seconds() == Experiment().seconds()
+
+
+def test_a_sweep_whose_values_were_tried_is_charged_as_one_version():
+    an, pool = _measured(VECTOR_ADD, 0.3)
+    block = pool[0]
+    assert experiment(block, tried=[v.key for v in block.sweep.values[1:]]) == Experiment(1)
+    left = experiment(block, tried=[block.sweep.values[-1].key])
+    assert left == Experiment(len(block.sweep.values) - 1, swept=True)
+
+
+def test_a_cutile_autotune_is_charged_the_configs_of_the_runs_architecture():
+    src = open("kernels/vector_add/vector_add_cutile.py").read()
+    sizes = {}
+    for arch in ("sm_90", "sm_100", None):
+        an = dataclasses.replace(analyze(src, arch=arch), headroom=0.3)
+        sizes[arch] = next(c for c in ranked(src, an, (), ()) if c.kind == "autotune").configs
+    assert sizes["sm_90"] != sizes["sm_100"] and sizes[None] == max(sizes["sm_90"], sizes["sm_100"])
+    title = next(c for c in ranked(src, analyze(src), (), ()) if c.kind == "autotune").title
+    assert f"{sizes['sm_90']} configs on sm_90" in title and f"{sizes['sm_100']} on sm_100" in title

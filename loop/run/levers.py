@@ -2,20 +2,22 @@
 
 The best version's distance to its roofline (its fraction of the same-run clone bandwidth at the
 largest benchmark shape, a dot kernel's of the device's matmul rate, measured by the judge beside
-it) and the experience of the run's timing lane make the `Analysis` that `playbook.ranked` orders candidates by (`playbook/analysis.py`: levers
-by the share of the gap they are expected to close, hints by a few percent). Nothing here measures:
-it reads the records the run already has.
+it) and the experience of the run's timing lane make the `Analysis` that `playbook.ranked` orders
+candidates by (`playbook/analysis.py`: levers by the share of the gap they are expected to close,
+hints by a few percent, each per expected second of its experiment). Nothing here measures: it reads
+the records the run already has.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Collection
 
 from loop.records import experience, gitops
 from loop.records.results import Record
 from playbook.analysis import Analysis, Learned, analyze
-from playbook.base import ranked
+from playbook.base import experiment, ranked
 
 
 @dataclass(frozen=True)
@@ -89,17 +91,21 @@ def with_levers(analysis: Analysis, where: Roofline | None, backend: str, arch: 
     return replace(analysis, headroom=where.fraction, learned=learned(analysis.kernel_class, backend, arch))
 
 
-def order_payload(pool, analysis: Analysis, where: Roofline | None, limit: int = 8) -> dict:
-    """The order `next_candidate` will offer (its first `limit` candidates) and why: for `init`'s
-    output and `playbook plan --json`."""
+def order_payload(pool, analysis: Analysis, where: Roofline | None, limit: int = 8,
+                  tried: Collection[str] = ()) -> dict:
+    """The order `next_candidate` will offer (its first `limit` candidates of `pool`, ranked with the
+    run's `tried` keys) and why, with each one's expected seconds: for `init`'s output and
+    `playbook plan --json`."""
     if where is None:
         why = (f"static order of the playbook for a {analysis.language} {analysis.kernel_class} kernel: no measured "
                "distance to the roofline (a CPU run, a dot kernel, or no run yet)")
     else:
-        why = (f"by expected gain: the best version is at {where.basis}; levers (tile or block size, programs, warps, "
-               "occupancy) are expected to close a share of that gap, hints a few percent")
+        why = (f"by expected gain per expected second: the best version is at {where.basis}; levers (tile or block "
+               "size, programs, warps, occupancy) are expected to close a share of that gap, hints a few percent; "
+               "each divided by the seconds its experiment is expected to take (its configs or sweep values, each "
+               "compiled and timed at every key)")
     order = [{"rank": i + 1, "recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
-              "lever": analysis.is_lever(c.kind), "reason": analysis.order_reason(c.kind)}
+              "lever": analysis.is_lever(c.kind), "reason": analysis.order_reason(c.kind, experiment(c, tried))}
              for i, c in enumerate(pool[:limit])]
     return {"roofline": where.to_json() if where else None, "why": why, "order": order}
 
@@ -136,4 +142,5 @@ def run_order(run, limit: int = 8) -> dict:
     """The order the run's next candidates come in, and why (`init`, `status`)."""
     src = gitops.show_file(run.root, run.state.best_commit, run.state.target)
     an, where = analysis_of(run, src)
-    return order_payload(ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes), an, where, limit)
+    pool = ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
+    return order_payload(pool, an, where, limit, run.state.tried)

@@ -42,7 +42,7 @@ from playbook.cst.launches import imports_of, is_cutile_launch
 from playbook.cst.names import assignments, global_references, names_in
 from playbook.cst.source import Skip, parse, walk
 from playbook.cutile.kernels import MMA_OPS
-from playbook.cutile.tune_space import ARCHS, arch_for, space
+from playbook.cutile.tune_space import ARCHS, BLACKWELL_MAJOR, arch_for, space
 # the limits and knobs of the space, read together with the recipe that tunes over it
 from playbook.cutile.tune_space import HINTS, MAX_CONFIGS, ROW_LOOP_TILE_MAX, owned_knobs  # noqa: F401
 from playbook.cutile.tuned_launch import HELPER_NAMES, RUN_LOCALS, Pattern, rewrite
@@ -333,4 +333,11 @@ class CuTileAutotune(PatternRecipe):
             note = "; no tile constant to vary (a whole-row tile is computed from the shape), occupancy only"
         return [Candidate(self.id, "autotune", f"{self.id}:{kname}",
                           f"{kname}: ct.tune.exhaustive_search over {what} ({sizes})",
-                          HYPOTHESIS.format(what=what, n=sizes, note=note), code)]
+                          HYPOTHESIS.format(what=what, n=sizes, note=note), code, configs=_configs(spaces, analysis))]
+
+
+def _configs(spaces: dict, analysis: Analysis) -> int:
+    """The configs the search times on the run's architecture (the largest space where it is not known)."""
+    if analysis.capability is None:
+        return max(len(s) for s in spaces.values())
+    return len(spaces["sm_100" if analysis.capability // 10 == BLACKWELL_MAJOR else "sm_90"])

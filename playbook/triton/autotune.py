@@ -217,7 +217,7 @@ class TritonAutotune(PatternRecipe):
                                           it="it" if len(kept) == 1 else "them")
         return Candidate(self.id, "autotune", f"{self.id}:{name}",
                          f"{name}: @triton.autotune over {space} ({n_configs} configs, key {', '.join(key)})",
-                         hyp, code)
+                         hyp, code, configs=n_configs)
 
 
 def _space(fn: cst.FunctionDef, al: Aliases, blocks: list[BlockSize], options: dict[str, tuple[int, str | None]]

@@ -234,4 +234,5 @@ class TritonTileIRConfigs(PatternRecipe):
                              " and use 2-CTA MMA (sm_100+)" if len(ctas) > 1 else "") +
                          ": expect 10-50% on the tileir backend where one program per SM leaves bandwidth idle, ~0 "
                          "where the kernel already saturates it; no change on other backends (the configs never "
-                         "reach them); the first call per key compiles the extra configs", code)
+                         "reach them); the first call per key compiles the extra configs", code,
+                         configs=len(OCCUPANCY) * len(ctas) if base_configs else MAX_CONFIGS)  # the latter: at most
