@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loop.judge.corroborate import AUDIT_BAND, BEYOND_COPY, beyond_copy, judge_audits
+from loop.judge.corroborate import AUDIT_BAND, BEYOND_COPY, WAKE_MAX_MS, beyond_copy, judge_audits, wake_allowance
 from test_judge import judged
 
 ADVERSARIES = Path(__file__).parent / "adversaries"
@@ -20,8 +20,9 @@ def _verdict() -> dict:
     return {"ok": True, "reason": "", "method": "cuda_graph", "labels": {}}
 
 
-def _rows(sample_ms: float, calls: int, wall_ms: float, n: int = 4) -> list[dict]:
-    return [{"sample_ms": sample_ms, "claim_ms": sample_ms * calls, "wall_ms": wall_ms, "ok": True, "reason": ""}] * n
+def _rows(sample_ms: float, calls: int, wall_ms: float, n: int = 4, wake_ms: float | None = None) -> list[dict]:
+    row = {"sample_ms": sample_ms, "claim_ms": sample_ms * calls, "wall_ms": wall_ms, "ok": True, "reason": ""}
+    return [row if wake_ms is None else {**row, "wake_ms": wake_ms}] * n
 
 
 def test_samples_faster_than_the_audited_ones_are_refused():
@@ -62,6 +63,74 @@ def test_audited_claims_below_their_wall_time_are_refused():
     assert not over["ok"] and "claim more time than they took" in over["reason"]
 
 
+# seen on a 4x H200: vector_add at 2^20 timed by CUDA graphs of 30 calls, 4 graph samples a request; the
+# rounds' empty requests took ~1 ms, an audited request ~0.445 ms more than its claim and that overhead
+OVERHEAD_MS, WAKE_MS = 1.0, 0.445
+FAST, SLOW = 0.297 / 120, 2.4 / 120  # ms per call: the candidate's (autotuned) and the incumbent's
+
+
+def _small_graphs(candidate_wake: float, incumbent_wake: float, candidate_probe: float, incumbent_probe: float,
+                  work: float = 0.297) -> tuple[dict, dict, dict]:
+    """Audited rows, empties and samples of such a measurement: each audited request's wall time is
+    the overhead, the work and the wake-up its process paid; `*_probe`: what its wake-up probes took
+    beyond the overhead. The candidate claims FAST per call however long its work took."""
+    audits = {"incumbent": _rows(SLOW, 120, OVERHEAD_MS + 2.4 + incumbent_wake, wake_ms=OVERHEAD_MS + incumbent_probe),
+              "candidate": _rows(FAST, 120, OVERHEAD_MS + work + candidate_wake, wake_ms=OVERHEAD_MS + candidate_probe)}
+    empties = {"incumbent": [OVERHEAD_MS] * 10, "candidate": [OVERHEAD_MS] * 10}
+    samples = {"incumbent": [SLOW] * 40, "candidate": [FAST] * 40}
+    return audits, empties, samples
+
+
+def test_the_wake_up_after_the_judges_writes_is_allowed_to_an_honest_fast_candidate():
+    """An honest autotuned vector_add, 8x faster than its incumbent at 2^20, was refused: its audited
+    requests claimed 0.297 ms and took 0.742 ms beyond the overhead, 0.45 ms of it the wake-up after
+    the judge's writes that the rounds' empty requests never pay; the incumbent's 2.4 ms held it
+    within the band. The probes of both processes show that wake-up, and it is allowed."""
+    audits, empties, samples = _small_graphs(WAKE_MS, WAKE_MS, WAKE_MS, WAKE_MS * 1.1)
+    before = judge_audits(_verdict(), {lab: [{k: v for k, v in r.items() if k != "wake_ms"} for r in rows]
+                                       for lab, rows in audits.items()}, empties, samples)
+    assert not before["ok"] and before["label"] == "candidate" and "audited requests claimed 0.2970 ms" in before["reason"]
+    assert "took 0.7420 ms" in before["reason"] and before["audit_wake_allowed_ms"] == 0.0
+    now = judge_audits(_verdict(), audits, empties, samples)
+    assert now["ok"], now
+    assert now["audit_wake_allowed_ms"] == WAKE_MS  # the smaller of the two processes' probes
+    assert now["labels"]["candidate"]["audit_wake_ms"] == WAKE_MS
+    assert now["labels"]["incumbent"]["audit_wake_ms"] == round(WAKE_MS * 1.1, 5)
+
+
+def test_a_sampler_that_claims_less_than_its_audited_work_is_refused_whatever_its_own_probes_show():
+    # its audited requests did 0.742 ms of work (the outputs are right) and claim 0.297 ms; its own
+    # probes padded to look like a wake-up, the incumbent's process showing none
+    audits, empties, samples = _small_graphs(0.0, 0.0, 0.45, 0.0, work=0.742)
+    assert wake_allowance(audits, empties) == 0.0
+    refused = judge_audits(_verdict(), audits, empties, samples)
+    assert not refused["ok"] and refused["label"] == "candidate" and "audited requests claimed" in refused["reason"]
+    # alone, its own probes allow nothing
+    alone = {"candidate": audits["candidate"]}
+    assert wake_allowance(alone, empties) == 0.0
+    assert not judge_audits(_verdict(), alone, empties, samples)["ok"]
+    # an implementation without probes: nothing allowed to any
+    unprobed = {**audits, "incumbent": _rows(SLOW, 120, OVERHEAD_MS + 2.4)}
+    assert wake_allowance({**unprobed, "candidate": _small_graphs(0.0, 0.0, 0.45, 0.45)[0]["candidate"]}, empties) == 0.0
+    # both processes' probes far beyond a wake-up (a host's hiccup): no more than WAKE_MAX_MS allowed
+    hiccup, _, _ = _small_graphs(0.0, 0.0, 5.0, 5.0, work=0.742 + 2.0)
+    assert wake_allowance(hiccup, empties) == WAKE_MAX_MS
+    refused = judge_audits(_verdict(), hiccup, empties, samples)
+    assert not refused["ok"] and refused["label"] == "candidate" and "allowed as the wake-up" in refused["reason"]
+    # the same under-claim with the wake-up both processes really pay: still refused
+    paid = _small_graphs(WAKE_MS, WAKE_MS, WAKE_MS, WAKE_MS, work=0.742)
+    refused = judge_audits(_verdict(), *paid)
+    assert not refused["ok"] and refused["label"] == "candidate" and "audited requests claimed" in refused["reason"]
+
+
+def test_judging_audits_leaves_the_verdict_it_was_given_as_it_was():
+    audits, empties, samples = _small_graphs(WAKE_MS, WAKE_MS, WAKE_MS, WAKE_MS)
+    given = {**_verdict(), "labels": {"candidate": {"claimed_ms": 0.297}}}
+    judged_ = judge_audits(given, audits, empties, samples)
+    assert given == {**_verdict(), "labels": {"candidate": {"claimed_ms": 0.297}}}
+    assert judged_["labels"]["candidate"]["claimed_ms"] == 0.297 and judged_["labels"]["candidate"]["audits"] == 4
+
+
 def test_a_claim_beyond_the_copy_bandwidth_is_refused():
     assert beyond_copy({"candidate": 2900.0}, 3000.0) is None  # an honest memory-bound kernel near the roofline
     assert beyond_copy({"candidate": None}, 3000.0) is None  # no bytes model
@@ -95,6 +164,9 @@ def test_an_honest_candidate_passes_its_audits(tmp_path, env):
         n = shape["impls"][label]["nrep"]
         assert shape["recheck"][label] == {"ok": True, "audits": n} and n >= 6
         assert shape["corroboration"]["labels"][label]["audits"] == n
+        assert isinstance(shape["corroboration"]["labels"][label]["audit_wake_ms"], float)  # each audit probed
+    assert 0.0 <= shape["corroboration"]["audit_wake_allowed_ms"] <= min(
+        max(shape["corroboration"]["labels"][lab]["audit_wake_ms"], 0.0) for lab in ("incumbent", "candidate"))
 
 
 RETURNS_NEW = '''

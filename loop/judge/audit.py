@@ -22,7 +22,13 @@ timed request is audited:
 A CUDA graph makes one call per input set, so every timed call leaves its own outputs. An audit
 proves that a sample of this length did the work; `corroborate.judge_audits` then refuses a claim
 the audited samples do not bear out (their claims below their wall time, or the other samples
-faster than the audited ones)."""
+faster than the audited ones).
+
+The first request after such a wait takes longer than the rounds' requests, for reasons no empty
+request of the rounds shows (0.3-0.5 ms on an H100 and an H200, beside audited claims of 0.3 ms
+for a small vector add). So after each audit the judge writes the same fresh inputs and poison
+again, hands them over and times an empty request of the same size (the wake-up probe:
+`wake_ms`); `corroborate.wake_allowance` takes the smallest over the implementations."""
 
 from __future__ import annotations
 
@@ -134,26 +140,15 @@ class Auditor:
     def audit(self, label: str, batch: int = 1) -> dict:
         """One audited request of `label` (staged before the round), of `batch` samples as the rounds'
         requests are (a kernel process cannot tell it from theirs by its size): {sample_ms (their
-        median), claim_ms (all their work), wall_ms, ok, reason}. Nothing is asked of the process
-        between the writes of its fresh inputs and this request, and its wall time runs from their
-        handover to the answer; the first request after a wait takes longer (0.3-0.5 ms on an H100),
-        which a batch of the rounds' BATCH_MS of work holds within the band, as a single short sample
-        could not."""
-        torch, harness = self.torch, self.harness
+        median), claim_ms (all their work), wall_ms, ok, reason, and wake_ms when ok (`_wake`)}.
+        Nothing is asked of the process between the writes of its fresh inputs and this request, and
+        its wall time runs from their handover to the answer; the first request after a wait takes
+        longer (0.3-0.5 ms on an H100), which a batch of the rounds' BATCH_MS of work holds within the
+        band, but a batch of a few short graph samples (0.3 ms of claims) does not: the probe after it
+        measures that cost."""
         fresh, eager_set, refs = self.staged.pop(label)
         kernel = self.kernels[label]
-        for j in range(self.used):  # fresh inputs copied in and outputs poisoned, set after set
-            for name, value in fresh[j].items():
-                if isinstance(value, torch.Tensor) and name not in harness.outputs:
-                    self.live[j][name].copy_(value)
-            harness.prepare_call(self.live[j])
-            for _, t in self.graph_outputs.get(label, [[]] * self.used)[j]:
-                if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                    poison(torch, t)
-        del fresh
-        for t in self.slots[0] if self.slots else []:
-            poison(torch, t)
-        self.bridge.handover()  # the judge's own writes complete (a device synchronize): not the kernel's time
+        self._write(label, fresh)
         started = time.perf_counter()  # the audited request is timed from the moment its inputs are handed over
         answer = kernel.request({"op": "sample", "first": eager_set, "n": batch,
                                  "audit": {"slots": self.slots[1] if self.slots else []}}, label)
@@ -170,7 +165,41 @@ class Auditor:
         row.update(self._judged(written, refs))
         if row["ok"] and label in self.targets:  # wrong outputs first (the stronger verdict), then how they came
             require_launches(answer, batch, label)
+        if row["ok"]:
+            row["wake_ms"] = self._wake(label, fresh, eager_set, batch)
         return row
+
+    def _write(self, label: str, fresh: list[dict]) -> None:
+        """The judge's writes before an audited request: `fresh` copied into every input set the timed
+        work reads and the outputs poisoned, set after set (then the slots), and handed over (a device
+        synchronize: the judge's own writes are not the kernel's time)."""
+        torch, harness = self.torch, self.harness
+        for j in range(self.used):
+            for name, value in fresh[j].items():
+                if isinstance(value, torch.Tensor) and name not in harness.outputs:
+                    self.live[j][name].copy_(value)
+            harness.prepare_call(self.live[j])
+            for _, t in self.graph_outputs.get(label, [[]] * self.used)[j]:
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    poison(torch, t)
+        for t in self.slots[0] if self.slots else []:
+            poison(torch, t)
+        self.bridge.handover()
+
+    def _wake(self, label: str, fresh: list[dict], first: int, batch: int) -> float:
+        """The wake-up probe after an audit: the judge's writes again (the same fresh inputs, the same
+        poison), the same handover, then an empty request of the audit's size, timed as the audit was
+        (ms). What it takes beyond the rounds' empty requests is what a request pays for following the
+        judge's writes and a stopped wait, without any of the kernel's work. The kernel process can tell
+        it from an audit (it is empty) and may pad it; `corroborate.wake_allowance` therefore never
+        allows an implementation more than the smallest of every implementation's probes, the others'
+        processes being out of its reach. The next request of the rounds overwrites the poison, as
+        after an audit."""
+        kernel = self.kernels[label]
+        self._write(label, fresh)
+        started = time.perf_counter()
+        kernel.request({"op": "sample", "first": first, "n": batch, "empty": True}, label)
+        return (kernel.answered_at - started) * 1e3
 
     def _judged(self, written: dict[int, list], refs: dict[int, list]) -> dict:
         """Every set's outputs written (no poison left), the chosen ones equal to the reference."""

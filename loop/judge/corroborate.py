@@ -94,6 +94,34 @@ def _jitter(empties: list[float], method: str) -> float:
 
 # how much faster an implementation's samples may be than its audited samples (per call, medians)
 AUDIT_BAND = {"cuda_graph": 0.10, "cuda_events_l2_flush": 0.15, "interpreter_wallclock": 0.5}
+# the most ms of an audited request's wall time allowed as its wake-up (`wake_allowance`): beyond it a
+# probe's time is no wake-up but a host's hiccup, or a process's work still running on the device
+WAKE_MAX_MS = 1.0
+
+
+def wake_allowance(audits: dict[str, list[dict]], empties: dict[str, list[float]]) -> float:
+    """What an audited request may take beyond its claim and the overhead of the rounds' empty
+    requests for following the judge's writes (ms): the smallest, over every audited implementation,
+    of its wake-up probes' median wall time (`Auditor._wake`: an empty request of the same size after
+    the same writes and handover) less the median of its empty requests; never below zero, never
+    above WAKE_MAX_MS, and zero unless at least two implementations were probed, every one of them.
+
+    A kernel process can tell a probe (empty) from an audit, and a sampler rewritten by the candidate
+    can pad its own probes to earn room for audited requests that claim less than their work took;
+    the smallest over the implementations is at most the incumbent's, whose process is out of the
+    candidate's reach, so padding buys nothing, and a lone implementation's own probes allow nothing.
+    What is left to a cheat is the difference between the incumbent's wake-up and its own (a request
+    can be answered faster after a stop only by doing less of what every request does), at most
+    WAKE_MAX_MS a request."""
+    wakes = []
+    for label, rows in audits.items():
+        probes = [r["wake_ms"] for r in rows if r["ok"] and r.get("wake_ms") is not None]
+        if not probes:
+            return 0.0
+        wakes.append(statistics.median(probes) - statistics.median(empties[label]))
+    if len(wakes) < 2:
+        return 0.0
+    return min(max(min(wakes), 0.0), WAKE_MAX_MS)
 
 
 def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str, list[float]],
@@ -101,12 +129,18 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
     """`verdict` (judge_timing's, ok) checked against the audited requests (`loop.judge.audit`), whose
     outputs prove that their samples did the work: each audited request's claim within its wall time
     (as any request's), the audited claims not far below their wall time beyond the overhead of an
-    empty request of the same size (`empties`), and the other samples (`samples`, per call) not faster than
-    the audited ones by more than AUDIT_BAND. Audits that found wrong outputs are the judge's other
-    refusal (`incorrect`), not this one's. Adds per label {audits, audited_ms, timed_over_audited}."""
+    empty request of the same size (`empties`) and the wake-up every implementation's probes show
+    (`wake_allowance`), and the other samples (`samples`, per call) not faster than the audited ones by
+    more than AUDIT_BAND. Audits that found wrong outputs are the judge's other refusal (`incorrect`),
+    not this one's. Adds per label {audits, audited_ms, timed_over_audited, audited_claim_ms,
+    audited_wall_ms, shared_audit_offset_ms, audit_wake_ms (its own probes beyond the overhead, where
+    probed)} and `audit_wake_allowed_ms`."""
     method = verdict["method"]
     per_label = TOLERANCES[method][0]
     medians = {label: _medians([r for r in rows if r["ok"]], samples[label]) for label, rows in audits.items()}
+    wake = wake_allowance(audits, empties)
+    verdict = {**verdict, "labels": {label: dict(v) for label, v in verdict["labels"].items()},
+               "audit_wake_allowed_ms": round(wake, 5)}
     for label, rows in audits.items():
         rows = [r for r in rows if r["ok"]]
         if not rows:
@@ -120,12 +154,17 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
             audits=len(rows), audited_ms=round(audited, 5), timed_over_audited=round(timed / max(audited, 1e-12), 4),
             audited_claim_ms=round(statistics.median(claims), 5), audited_wall_ms=round(statistics.median(walls), 5),
             shared_audit_offset_ms=round(shared, 5))
+        probes = [r["wake_ms"] for r in rows if r.get("wake_ms") is not None]
+        if probes:
+            verdict["labels"][label]["audit_wake_ms"] = round(statistics.median(probes) - statistics.median(empties[label]), 5)
         audited -= shared
         if why := _over(claims, walls):
             return {**verdict, "ok": False, "label": label, "reason": f"{label}: audited: {why}"}
-        if statistics.median(claims) < (net - jitter) * (1 - per_label):
+        if statistics.median(claims) < (net - wake - jitter) * (1 - per_label):
             return {**verdict, "ok": False, "label": label, "reason": f"{label}: audited requests claimed {statistics.median(claims):.4f} ms, "
-                    f"but took {net:.4f} ms beyond the overhead on the judge's clock (band {per_label:.0%})"}
+                    f"but took {net:.4f} ms beyond the overhead on the judge's clock"
+                    + (f", {wake:.4f} ms of it allowed as the wake-up after the judge's writes" if wake else "")
+                    + f" (band {per_label:.0%})"}
         if timed < audited * (1 - AUDIT_BAND[method]):
             return {**verdict, "ok": False, "label": label, "reason": f"{label}: timed at {timed:.5f} ms per call, but {audited:.5f} ms "
                     f"when the timed work was audited (band {AUDIT_BAND[method]:.0%}"
