@@ -131,7 +131,8 @@ class Bench:
         """Samples of every implementation, interleaved ABBA a request at a time (a request takes a few
         samples back to back, BATCH_MS of work, so that the round trip is small beside it), each request
         also timed on the judge's clock; a few audited requests per implementation at rounds picked at
-        random; and each process's empty requests before and after the rounds (its overhead and
+        random (each followed by its wake-up probe, `Auditor._wake`: the row's `wake_ms`); and each
+        process's empty requests before and after the rounds (its overhead and
         jitter, for requests of the rounds' size). Returns (samples, claimed and wall time per
         request, empties, audits)."""
         samples: dict[str, list[float]] = {lab: [] for lab in self.labels}
