@@ -59,7 +59,7 @@ class Iteration:
     incumbent: str = ""
     candidate: str = ""
     started: str = ""
-    clock: float = 0.0  # time.monotonic() when it was applied: its wall time runs from there
+    clock: float = 0.0  # time.monotonic() when it was applied (its sweep began): its wall time runs from there
     # commit
     change: rules.Change | None = None
     can: rules.Measurability | None = None
@@ -102,12 +102,13 @@ def candidate(run: Run, cand: Candidate, optimization: str | None = None, hypoth
         hypothesis = sweep.hypothesis or hypothesis
     hypothesis += (f" (swept over {', '.join(str(v.value) for v in sweep.values)} in one judged measurement; "
                    f"the best value measured again alone decides)")
+    started, clock = now(), time.monotonic()  # the experiment's time includes its sweep's measurement
     summary, chosen = sweep_stage(run, n, cand, sweep, hypothesis)
     title = optimization or (sweep.named(chosen.value) if chosen else sweep.title)
     if announce:
         run.log(f"#{n} apply {title} [{cand.recipe}]")
     return Iteration(n, title, hypothesis, cand.recipe, sweep.key, cand.kind, rationale, expected, summary,
-                     (chosen or sweep.values[0]).source)
+                     (chosen or sweep.values[0]).source, started=started, clock=clock)
 
 
 # ------------------------------------------------------------------------------------------- the stages
@@ -148,7 +149,7 @@ def apply(run: Run, it: Iteration) -> Iteration:
     if cand_src == inc_src and not it.allow_unchanged:
         raise UserError(f"the target {run.state.target} is unchanged since the best commit",
                         hint="edit the target first (or pass --allow-unchanged for an A/A check)")
-    return replace(it, incumbent=inc_src, candidate=cand_src, started=now(), clock=time.monotonic(),
+    return replace(it, incumbent=inc_src, candidate=cand_src, started=it.started or now(), clock=it.clock or time.monotonic(),
                    optimization=" ".join(it.optimization.split()) or "unnamed change")
 
 
