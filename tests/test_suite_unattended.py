@@ -6,6 +6,7 @@ experiment, device, commands, unfinished targets)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 import shutil
 import statistics
 from pathlib import Path
@@ -232,6 +233,11 @@ def test_an_experiment_cut_off_counts_at_the_seconds_it_had_run_and_the_median_s
     (run_dir / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [*lines, cut]))
     e = entry_from_run(run_dir, None, True, 1.0)
     assert e["cut_experiment_s"] == [99.0] and 0.0 not in e["experiment_wall_s"]
+    # killed in a sweep, which leaves no record: counted from the last record to the kill
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    last = datetime.fromisoformat(lines[-1]["finished"]).timestamp()
+    assert entry_from_run(run_dir, None, True, 1.0, cut_at=last + 50.0)["cut_experiment_s"] == [50.0]
+    assert entry_from_run(run_dir, None, False, 1.0)["cut_experiment_s"] == []
     for p in suite_dir.glob("*.json"):  # every finished experiment short; three cut off after 99 s ... 101 s
         d = json.loads(p.read_text())
         if "op" in d:

@@ -86,23 +86,25 @@ class Children:
 
 
 def _run_child(cmd: list[str], run_root: Path, run_id: str, out_dir: Path, per_run_s: float | None, env: dict,
-               children: Children, log, target: str, append: bool) -> tuple[int, bool]:
-    """One `tileloop run|resume` child, its stderr in <run_id>.log; (exit code, cut off). A child
-    past `per_run_s` is killed and its record repaired (`resume --no-continue`)."""
+               children: Children, log, target: str, append: bool) -> tuple[int, float | None]:
+    """One `tileloop run|resume` child, its stderr in <run_id>.log; (exit code, when it was cut off:
+    the epoch seconds of the kill, None if it ended by itself). A child past `per_run_s` is killed and
+    its record repaired (`resume --no-continue`)."""
     with open(out_dir / f"{run_id}.log", "a" if append else "w") as err:
         proc = children.popen(cmd, cwd=run_root, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
             proc.wait(timeout=per_run_s)
         except subprocess.TimeoutExpired:
+            cut_at = time.time()
             kill_group(proc)
             proc.wait()
             log(f"[suite] {target}: cut off after {per_run_s:.0f} s; repairing the record")
             subprocess.run([sys.executable, "-m", "loop", "resume", "--run", run_id, "--no-continue"], cwd=run_root, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            return proc.returncode, True
+            return proc.returncode, cut_at
         finally:
             children.done(proc)
-    return proc.returncode, False
+    return proc.returncode, None
 
 
 def last_error(log_path: Path, most: int = 300) -> str | None:
@@ -151,9 +153,9 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
                                      f"tileloop resume (branch {state['branch']}, {state.get('last_iteration', -1)} experiments recorded)"))
         cmd = None if done else [sys.executable, "-m", "loop", "resume", "--run", run_id]
     t0, started = time.monotonic(), time.time()
-    cut_off, returncode = False, 0
+    cut_at, returncode = None, 0
     if cmd is not None:
-        returncode, cut_off = _run_child(cmd, run_root, run_id, out_dir, per_run_s, env, children, log, target,
+        returncode, cut_at = _run_child(cmd, run_root, run_id, out_dir, per_run_s, env, children, log, target,
                                          append=state is not None)
     wall = time.monotonic() - t0
     run_dir = run_root / "sandbox" / run_id
@@ -172,7 +174,7 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
     finally:
         children.done(rep_proc)
     final = json.loads(out).get("final") if rep_proc.returncode == 0 and out.strip() else None
-    entry = entry_from_run(run_dir, final, cut_off, wall)
+    entry = entry_from_run(run_dir, final, cut_at is not None, wall, cut_at=cut_at)
     entry["op"], entry["target"] = path.parent.name, str(path)
     # where and when it ran (this host's clock), for the summary's rows per node and its plot
     entry["node"], entry["started"], entry["ended"] = socket.gethostname(), round(started, 3), round(time.time(), 3)

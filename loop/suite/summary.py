@@ -43,8 +43,9 @@ def _stats(entry_shape: dict, *labels: str) -> dict:
     return {}
 
 
-def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: float) -> dict:
-    """One suite entry from a run's records (results.jsonl) and its final measurement."""
+def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: float, cut_at: float | None = None) -> dict:
+    """One suite entry from a run's records (results.jsonl) and its final measurement. `cut_at`: when
+    the `--per-run` limit killed the run (epoch seconds), for the experiment it killed."""
     recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
     if not recs:
         raise UserError(f"{run_dir} has no records")
@@ -61,7 +62,7 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     key = "x".join(map(str, s0["shape"])) if s0 else None
     final_large = next((r for r in final_rows if s0 and r["shape"] == key and r["dtype"] == s0["dtype"]), None)
     experiments = recs[1:]
-    of_records = from_records(recs)
+    of_records = from_records(recs, cut_at)
     return {
         "schema": ENTRY_SCHEMA, "run": base.run, "op": run_dir.name, "target": None, "target_backend": backend,
         "device": base.env.get("gpu") or "CPU (Triton interpreter)", "timing": b0.timing_label,
@@ -82,14 +83,24 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     }
 
 
-def from_records(recs: list[Record]) -> dict:
+def from_records(recs: list[Record], cut_at: float | None = None) -> dict:
     """What an entry keeps of its run's records for `suite summarize --unattended-json`: each
-    experiment's wall time, the baseline's and the experiments' summed (over every session of a
-    resumed run), and the best version's distance to its roofline as the run's lever analysis read it."""
+    experiment's wall time, the seconds each experiment cut off had run (`cut_experiment_s`), the
+    baseline's and the experiments' summed (over every session of a resumed run), and the best
+    version's distance to its roofline as the run's lever analysis read it. `cut_at` (epoch seconds
+    of a `--per-run` kill): an experiment killed before it left a record (in its sweep stage, which
+    `resume` does not count) is counted from the last record to the kill (its proposal included)."""
     best = next((r for r in reversed(recs) if r.status == "keep"), None)
     where = roofline(best, recs[0].target_backend) if best else None
     done = [r for r in recs[1:] if not interrupted(r)]
     cut = [s for r in recs[1:] if interrupted(r) and (s := elapsed_s(r)) is not None]
+    if cut_at is not None and recs[-1].finished and not interrupted(recs[-1]):
+        try:
+            tail = cut_at - datetime.fromisoformat(recs[-1].finished).timestamp()
+        except ValueError:
+            tail = 0.0
+        if tail > 0:
+            cut.append(round(tail, 3))
     return {"experiment_wall_s": [r.wall_s for r in done], "cut_experiment_s": cut,
             "records_wall_s": round(sum(r.wall_s for r in recs), 3), "roofline": where.basis if where else None}
 
