@@ -4,7 +4,9 @@ as a local run leaves them; a run killed part-way goes on with `--resume` from i
 iteration, in a new task, from the records that came back; each sealed iteration comes back while
 the run goes on (a checkpoint), and a task whose worker process is killed, or whose node dies (a
 worker node of a cluster of several on this host, removed mid-run), is sent again once as a resume
-from its last checkpoint."""
+from its last checkpoint. Ray found through the driver's PYTHONPATH only (`pip install --target`):
+the local cluster's workers import it; with workers that cannot, the suite gives the task up and
+its entry says why."""
 
 from __future__ import annotations
 
@@ -541,3 +543,98 @@ def test_a_temporary_folder_too_long_for_the_cluster_sockets_is_replaced_by_a_sh
     short = tmp_path.anchor + "t"  # a root that fits is left to Ray
     monkeypatch.setattr(tempfile, "tempdir", short)
     assert RayEngine()._temp_root() == {}
+
+
+@pytest.fixture(scope="module")
+def ray_on_pythonpath(tmp_path_factory) -> tuple[str, str]:
+    """An interpreter that finds Ray only through PYTHONPATH, as after `pip install --target DIR`: a
+    virtual environment of this Python with no site-packages of its own, and a folder of links to this
+    one's site-packages (Ray's among them) for its PYTHONPATH. Ray starts its workers with it."""
+    import subprocess
+    import sys
+
+    import ray
+
+    home = tmp_path_factory.mktemp("pythonpath-only")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home / "venv")], check=True)
+    site, folder = Path(ray.__file__).parent.parent, home / "site"
+    folder.mkdir()
+    for entry in site.iterdir():
+        if entry.suffix != ".pth" and entry.name != "__pycache__":  # .pth files work only in a site folder
+            (folder / entry.name).symlink_to(entry)
+    python = str(home / "venv" / "bin" / "python")
+    assert subprocess.run([python, "-c", "import ray"], cwd=home, capture_output=True).returncode != 0
+    return python, str(folder)
+
+
+def test_a_local_cluster_s_workers_import_a_ray_found_through_the_driver_s_pythonpath(ray_on_pythonpath, tmp_path):
+    """The driver's Ray found through PYTHONPATH only: the local cluster's workers import it, and this
+    tileloop, from the PYTHONPATH they are given (once tileloop's root alone: every worker died at start)."""
+    import subprocess
+
+    python, site = ray_on_pythonpath
+    script = """
+import json, sys
+from pathlib import Path
+from loop.suite.engines import SuiteCall
+from loop.suite.ray_engine import RayEngine
+
+out = Path(sys.argv[1])
+call = SuiteCall(root=out, start_branch="", start_sha="", targets=(), out_dir=out, per_run_s=None, extra=(),
+                 resume=False, killed_here=None, log=lambda line: print(line, file=sys.stderr))
+engine = RayEngine()
+session = engine._start(call, 1)
+ray = engine.ray
+
+def where():
+    import loop, ray
+    return ray.__file__, loop.__file__
+
+ready, _ = ray.wait([ray.remote(where).remote()], timeout=40)
+print(json.dumps(ray.get(ready[0]) if ready else None))
+engine._stop(session, out)
+"""
+    from loop.measure.launch import SOURCE_ROOT
+
+    proc = subprocess.run([python, "-c", script, str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": f"{SOURCE_ROOT}{os.pathsep}{site}"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert where is not None, "the task never ran: " + proc.stderr[-3000:]
+    assert where == [f"{site}/ray/__init__.py", str(SOURCE_ROOT / "loop" / "__init__.py")]
+
+
+def test_a_suite_whose_workers_die_at_start_ends_with_the_reason_in_its_entry(ray_on_pythonpath, kernel_repo):
+    """The local cluster's workers unable to import Ray (given tileloop's root alone as PYTHONPATH, as
+    before the fix above): the task never begins, the suite gives it up after START_S instead of
+    waiting for good, its entry says why with the workers' own error, and the cluster's logs are kept."""
+    import subprocess
+
+    from loop.measure.launch import SOURCE_ROOT
+
+    python, site = ray_on_pythonpath
+    script = """
+import sys
+from loop.measure.launch import with_package_path
+from loop.suite import ray_engine
+
+ray_engine.START_S = 15.0
+ray_engine.worker_env_vars = lambda: with_package_path({})  # tileloop's root alone: the workers find no Ray
+from loop.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+    target, run = "kernels/vector_add/vector_add_triton.py", "suite-vector-add-triton"
+    proc = subprocess.run([python, "-c", script, "suite", "run", target, "--device", "cpu", "--ray", "--json"],
+                          cwd=kernel_repo, capture_output=True, text=True, timeout=150,
+                          env={**os.environ, "PYTHONPATH": f"{SOURCE_ROOT}{os.pathsep}{site}"})
+    [entry] = json.loads(proc.stdout)["entries"]
+    error = entry["error"]
+    assert error.startswith("the Ray task failed (it had not begun 15 s after it was sent: a worker of the local "
+                            "cluster died at start: ModuleNotFoundError: No module named 'ray' (ray-logs/"), error
+    assert error.endswith("suite run --ray --resume starts it anew") and "\n" not in error
+    logs = kernel_repo / "sandbox" / "suite" / "ray-logs"
+    named = error.split("(ray-logs/", 1)[1].split(")", 1)[0]
+    assert "ModuleNotFoundError: No module named 'ray'" in (logs / named).read_text()
+    assert json.loads((kernel_repo / "sandbox" / "suite" / f"{run}.json").read_text()) == entry
+    assert not (kernel_repo / "sandbox" / run).exists()  # nothing of the run came back: --resume starts it anew
