@@ -179,7 +179,8 @@ def test_a_task_waiting_for_a_slot_of_the_suite_is_not_given_up_and_one_past_its
     ray = _FakeRay([hung])
     monkeypatch.setitem(sys.modules, "ray", ray)
     [entry] = ray_engine.RayEngine().run(_call(kernel_repo, targets=TARGETS[:1], per_run_s=0.2), None)
-    assert entry["error"].startswith("the Ray task failed (it was still running on n2 0.5 s after it began (--per-run 0.2 s, and 0.3 s "), entry
+    assert entry["error"].startswith("the Ray task failed (it was still running on n2 0.5 s after it began "
+                                     "(--per-run 0.2 s, and 0.3 s "), entry
     assert ray.cancelled == [(hung, True)]
 
 
@@ -190,6 +191,7 @@ def test_the_last_line_of_a_worker_log_s_last_traceback_is_found(tmp_path):
     (logs / "worker-a.err").write_text("starting\n" + MISSING_RAY.replace("ray'", "grpc'") + "later output\n")
     assert ray_engine.traceback_end(logs) == ("ModuleNotFoundError: No module named 'grpc'", "worker-a.err")
     newer = logs / "old" / "worker-b.err"
-    newer.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n    f(\n    ^\nSyntaxError: '(' was never closed\n")
+    newer.write_text('Traceback (most recent call last):\n  File "x.py", line 1\n    f(\n    ^\n'
+                     "SyntaxError: '(' was never closed\n")
     os.utime(newer, (time.time() + 5, time.time() + 5))
     assert ray_engine.traceback_end(logs) == ("SyntaxError: '(' was never closed", "old/worker-b.err")

@@ -28,9 +28,9 @@ while something is taken in waits until it is in whole.
 No task holds the suite up for good: one that has not said it began (`Started`) `START_S` after
 it was sent, or after the suite's last task that had begun left the cluster (it may have waited
 for that one's slot), and one still running `--per-run` plus `GRACE_S` after it began, is
-cancelled, and its entry says why in one line (for one that never began, the last line of a traceback in the local
-cluster's worker logs, such as a worker that could not import Ray); the suite goes on with the
-others. What of its run came back stays, as for a failed task: `suite run --ray --resume` goes on
+cancelled, and its entry says why in one line (for one that never began, the last line of a
+traceback in the local cluster's worker logs, such as a worker that could not import Ray); the
+suite goes on with the others. What of its run came back stays, as for a failed task: `suite run --ray --resume` goes on
 from its last checkpoint, or starts it anew.
 
 With no ADDRESS (and no RAY_ADDRESS), tileloop starts a local cluster sized to the targets and
@@ -97,8 +97,8 @@ LOGS = "ray-logs"  # under the output folder: the local cluster's logs
 OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
 WAIT_S = 1.0  # between looks at the tasks' streams
 # a task's worker imports Ray, tileloop and the task's arguments, then says it began: one that has not, this
-# long after it was sent or after the suite's other tasks left the cluster, never will (its workers die at start) or waits
-# on a cluster too busy to run it
+# long after it was sent or after the suite's other tasks left the cluster, never will (its workers die at
+# start) or waits on a cluster too busy to run it
 START_S = 120.0
 # past a task's --per-run (which its own run keeps): the run's repair, its report (a final measurement on
 # a GPU) and the way back; a task still running then is stuck
@@ -352,7 +352,8 @@ class RayEngine:
                 held = time.monotonic() if any(t.started is not None for t in tasks) else held
                 for task in [t for t in tasks if not any(t.stream is r for r in ready)]:
                     why = self._overdue(call, task, held, logs)
-                    if why is not None:
+                    # given up only if nothing came from it meanwhile (it may have begun during the sleep)
+                    if why is not None and not ray.wait([task.stream], num_returns=1, timeout=0)[0]:
                         tasks.remove(task)
                         held = time.monotonic() if task.started is not None else held
                         self._cancel(task)
@@ -430,8 +431,8 @@ class RayEngine:
             since = "the suite's other tasks left the cluster" if held > task.sent else "it was sent"
             return f"it had not begun {START_S:g} s after {since}: {self._why_not_begun(session)}"
         if call.per_run_s is not None and now - task.started > call.per_run_s + GRACE_S:
-            return (f"it was still running on {task.node} {call.per_run_s + GRACE_S:g} s after it began "
-                    f"(--per-run {call.per_run_s:g} s, and {GRACE_S:g} s for its repair, report and way back); cancelled")
+            return (f"it was still running on {task.node} {call.per_run_s + GRACE_S:g} s after it began (--per-run "
+                    f"{call.per_run_s:g} s, and {GRACE_S:g} s for its repair, report and way back); cancelled")
         return None
 
     def _why_not_begun(self, session: Path | None) -> str:
