@@ -35,6 +35,7 @@ from loop.target.contract import load_kernel
 from loop.tools import campaign, decision_check
 from loop.tools.decision_check import Judged, parse_shape
 from loop.tools.plant import planted_source
+from tests.conftest import materialise
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 POLICY = decide.Policy()
@@ -616,10 +617,23 @@ def test_the_honest_scenario_judges_the_playbooks_candidates_in_turn_and_counts_
 CPU_CHECK = pytest.mark.xdist_group("decision-check-cpu")
 
 
+# vector_add's correctness shapes but the largest (65537 elements): every judged measurement checks the
+# candidate at every shape and dtype under the interpreter, and that shape was ~4 s of each ~4.5 s check,
+# about 20 of them per check here. What these tests measure (the plant, the decisions, the counts) is timed
+# at the shapes the check is given, not at the correctness shapes.
+SMALL_SHAPES = [(1,), (127,), (4097,)]
+
+
+def small_vector_add(root: Path) -> Path:
+    """A copy of kernels/vector_add at root/vector_add with SMALL_SHAPES as its correctness shapes; its target."""
+    return materialise(root, "vector_add", "triton", (KERNELS / "vector_add" / "vector_add_triton.py").read_text(),
+                       CORRECTNESS_SHAPES=SMALL_SHAPES)
+
+
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory):
     root = tmp_path_factory.mktemp("dc")
-    shutil.copytree(KERNELS / "vector_add", root / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
+    small_vector_add(root)
     report = root / "report.md"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -698,7 +712,7 @@ def test_every_json_field_is_documented(cpu_check):
 def test_cpu_honest_campaign_at_l2_multiples_is_judged_and_counted(tmp_path):
     """The honest scenario end to end through the real judge: the playbook's candidates and A/A pairs at
     a shape sized to the interpreter's stand-in L2, each refusal counted (none expected)."""
-    shutil.copytree(KERNELS / "vector_add", tmp_path / "vector_add", ignore=shutil.ignore_patterns("__pycache__"))
+    small_vector_add(tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = main(["decision-check", str(tmp_path / "vector_add" / "vector_add_triton.py"), "--device", "cpu",
