@@ -632,6 +632,7 @@ def small_vector_add(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory):
+    """decision-check's routine scenarios on a copy of vector_add with SMALL_SHAPES, timed at 256 elements."""
     root = tmp_path_factory.mktemp("dc")
     small_vector_add(root)
     report = root / "report.md"
@@ -711,7 +712,8 @@ def test_every_json_field_is_documented(cpu_check):
 @pytest.mark.slow
 def test_cpu_honest_campaign_at_l2_multiples_is_judged_and_counted(tmp_path):
     """The honest scenario end to end through the real judge: the playbook's candidates and A/A pairs at
-    a shape sized to the interpreter's stand-in L2, each refusal counted (none expected)."""
+    a shape sized to the interpreter's stand-in L2, each refusal counted (none expected); vector_add with
+    SMALL_SHAPES as its correctness shapes."""
     small_vector_add(tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
