@@ -193,8 +193,10 @@ class Auditor:
         judge's writes and a stopped wait, without any of the kernel's work. The kernel process can tell
         it from an audit (it is empty) and may pad it; `corroborate.wake_allowance` therefore never
         allows an implementation more than the smallest of every implementation's probes, the others'
-        processes being out of its reach. The next request of the rounds overwrites the poison, as
-        after an audit."""
+        processes being out of its reach. It comes after the audit's outputs are judged, never before
+        the audit: a process that found its outputs poisoned in an empty request before an audit of the
+        same inputs could compute them there, untimed, and answer the audit from memory; after it, the
+        next audit brings inputs of its own. The next request of the rounds overwrites the poison."""
         kernel = self.kernels[label]
         self._write(label, fresh)
         started = time.perf_counter()
