@@ -229,6 +229,63 @@ def test_on_a_gpu_the_outputs_a_graph_returned_are_read_where_it_wrote_them(tmp_
     assert shape["method"] == "cuda_graph" and shape["recheck"]["candidate"] == {"ok": True, "audits": 4}, shape
 
 
+AUTOTUNED = '''"""vector_add autotuned over BLOCK x num_warps (12 configs, key n): the playbook's recipe."""
+
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024, 4096) for w in (1, 2, 4, 8)],
+                 key=["n"])
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def run(x, y, out):
+    n = out.numel()
+    add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+    return out
+'''
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_honest_autotuned_candidate_at_a_small_shape_passes_its_audits(tmp_path):
+    """Refused on a 4x H200 before the wake-up probe (its audited requests claimed 0.297 ms and took
+    0.742 ms beyond the overhead): vector_add autotuned, against its first version, at 2^20."""
+    import shutil
+
+    import torch
+
+    from conftest import REPO_ROOT
+    from loop import backends
+    from loop.common.settings import Settings
+    from loop.measure.launch import run_worker
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    op = REPO_ROOT / "kernels" / "vector_add"
+    shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
+    (tmp_path / "candidate.py").write_text(AUTOTUNED)
+    job = {"spec": str(op / "spec.py"), "target_dir": str(op), "target": str(op / "vector_add_triton.py"),
+           "device": "cuda", "backend": "ptx", "check": ["candidate"], "seed": 3, "bench": True,
+           "impls": [{"label": "incumbent", "path": str(tmp_path / "incumbent.py")},
+                     {"label": "candidate", "path": str(tmp_path / "candidate.py")}],
+           "dtypes": ["float32"], "correctness_shapes": [[127], [4097]], "bench_shapes": [[1 << 20]]}
+    raw = run_worker(tmp_path, job, backends.get("ptx"), Settings(), tmp_path / "cache", name="judged")
+    assert raw["status"] == "ok", raw
+    (shape,) = raw["timing"]["shapes"]
+    corroboration = shape["corroboration"]
+    assert shape["method"] == "cuda_graph" and corroboration["ok"], corroboration
+    for label in ("incumbent", "candidate"):
+        assert shape["recheck"][label]["ok"] and isinstance(corroboration["labels"][label]["audit_wake_ms"], float)
+
+
 def test_a_slow_make_inputs_gets_fewer_audits_and_says_so():
     from loop.judge.audit import AUDITS, MIN_AUDITS, Auditor
 
