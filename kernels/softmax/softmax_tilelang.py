@@ -1,19 +1,30 @@
 """softmax in TileLang, first version: one row per program, three passes over the row in small chunks
 (the row's maximum, the sum of exponentials, the output), one thread per element of a chunk, every
-element's bound checked, float32 arithmetic, no pipelining, no autotune."""
+element's bound checked, float32 arithmetic, no pipelining, no autotune.
+
+The rows and columns are dynamic sizes (`T.dynamic`), not compile-time constants: a kernel compiles
+once per (block, threads, dtype, vector), not once per shape, so a measurement that checks and times
+it at a dozen shapes per dtype builds at most two kernels per dtype. `vector` is the number of
+elements in 16 bytes where the row length is a multiple of it, else 1 (`run` chooses); the kernel
+states it to TileLang (`T.assume`), which then loads a thread's elements of a chunk in 16-byte
+vectors, as it did when it saw the row length as a constant."""
 
 import tilelang
 import tilelang.language as T
 
 BLOCK = 128
 THREADS = 128
+VECTOR_BYTES = 16  # the widest load a thread makes
 
 
 @tilelang.jit
-def softmax(rows, cols, block, threads, dtype, accum_dtype="float32"):
+def softmax(block, threads, dtype, vector, accum_dtype="float32"):
+    rows, cols = T.dynamic("rows, cols")
+
     @T.prim_func
     def main(x: T.Tensor((rows, cols), dtype), out: T.Tensor((rows, cols), dtype)):
         with T.Kernel(rows, threads=threads) as bx:
+            T.assume(cols % vector == 0)
             partial = T.alloc_fragment((block,), accum_dtype)
             row_max = T.alloc_fragment((1,), accum_dtype)
             denom = T.alloc_fragment((1,), accum_dtype)
@@ -38,8 +49,14 @@ def softmax(rows, cols, block, threads, dtype, accum_dtype="float32"):
     return main
 
 
+def vector_of(cols: int, element_size: int) -> int:
+    """The elements of a 16-byte load where a row of `cols` is made of them, else 1."""
+    vector = max(VECTOR_BYTES // element_size, 1)
+    return vector if cols % vector == 0 else 1
+
+
 def run(x, out):
-    rows, cols = x.shape
-    kernel = softmax(rows, cols, BLOCK, THREADS, str(x.dtype).removeprefix("torch."))
+    vector = vector_of(x.shape[1], x.element_size())
+    kernel = softmax(BLOCK, THREADS, str(x.dtype).removeprefix("torch."), vector)
     kernel(x, out)
     return out
