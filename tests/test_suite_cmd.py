@@ -12,8 +12,33 @@ from loop.records.results import Record
 from loop.run import state as st
 
 
+# The correctness shapes of the ops these suite runs tune: each spec's smallest ones. Every check of an
+# implementation (the run's first check, each judged measurement's) runs every shape in every dtype under
+# the interpreter, and the largest shape took nearly all of it (vector_add's 65537 elements: ~4 s of a
+# ~4.5 s check; row_sum's 33x1000 and 64x2053: ~10 s of ~11 s). What is checked here is the suite (its
+# runs, worktrees, kills, resumes and entries), not the ops' specs, which tests/test_suite_interpreter.py
+# and the fast tier check in full.
+SMALL_SHAPES = {"vector_add": [(1,), (127,), (4097,)], "row_sum": [(20, 1), (23, 17)]}
+
+
+def small_specs(root, ops=("vector_add",)) -> None:
+    """The specs of `ops` under root/kernels cut to SMALL_SHAPES and committed."""
+    import re
+
+    from tests.conftest import git
+
+    for op in ops:
+        spec = root / "kernels" / op / "spec.py"
+        text, n = re.subn(r"^CORRECTNESS_SHAPES = .*$", f"CORRECTNESS_SHAPES = {SMALL_SHAPES[op]!r}", spec.read_text(),
+                          count=1, flags=re.M)
+        assert n == 1, spec
+        spec.write_text(text)
+    git(root, "commit", "-q", "-am", "small correctness shapes")
+
+
 @pytest.mark.slow  # whole runs under the Triton interpreter
 def test_suite_run_then_summarize(kernel_repo, capsys):
+    small_specs(kernel_repo)
     target = "kernels/vector_add/vector_add_triton.py"
     assert main(["suite", "run", target, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90",
                  "--out-dir", "out", "--json"]) == 0
@@ -75,7 +100,7 @@ def test_suite_per_run_must_be_positive(kernel_repo, capsys):
 
 
 def two_op_repo(root, env) -> None:
-    """`root` as a git repository with vector_add and row_sum committed, the cwd, with a git identity."""
+    """`root` as a git repository with vector_add and row_sum committed (SMALL_SHAPES), the cwd, with a git identity."""
     import shutil
 
     from tests.conftest import REPO_ROOT, git
@@ -85,6 +110,7 @@ def two_op_repo(root, env) -> None:
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "kernels")
+    small_specs(root, ("vector_add", "row_sum"))
     env.chdir(root)
     for name, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"), ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
         env.setenv(name, value)
@@ -122,7 +148,9 @@ def test_resume_with_fewer_gpus_goes_on_where_the_runs_live(tmp_path, clean_env,
 
     two_op_repo(tmp_path, clean_env)
     targets = ["kernels/vector_add/vector_add_triton.py", "kernels/row_sum/row_sum_triton.py"]
-    args = ["suite", "run", *targets, "--device", "cpu", "--max-iters", "1", "--archs", "sm_90"]
+    # no compile gate (--archs none): where the runs live is checked, not the gate, which the suite runs of
+    # test_suite_run_then_summarize and test_suite_on_several_gpus_uses_one_worktree_per_gpu pass through
+    args = ["suite", "run", *targets, "--device", "cpu", "--max-iters", "1", "--archs", "none"]
     assert main([*args, "--gpus", "0,1", "--json"]) == 0
     first = {e["run"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
     tips = {run: git(tmp_path, "rev-parse", f"tileloop/{run}").strip() for run in first}
@@ -205,22 +233,26 @@ def test_a_killed_suite_resumes_each_run_where_it_stopped(tmp_path, clean_env, c
     assert "vector_add_triton.py: finished before; its entry stands" in out.err
     assert "row_sum_triton.py: finished before; reporting it again (its entry has no final measurement)" in out.err
     assert again[0]["final"] == measured["final"] and again[0]["gpu"] == owner[targets[0]]
-    # --restart forgets one run (branch, records in its worktree, entry) and runs it anew; the other is reported again
+    # --restart forgets one run (branch, records in its worktree, entry) and runs it anew; the other is reported
+    # again. The new run is given one iteration (--max-iters 1, its own; the finished run is not run again
+    # whatever the limit): that it starts from nothing is what is checked, not a second experiment
     old_dir = trees[owner[targets[1]]] / "sandbox" / "suite-row-sum-triton"
     old_created = json.loads((old_dir / "state.json").read_text())["created"]
     (old_dir / "marker").write_text("from the first run\n")
-    assert main([*args, "--resume", "--restart", targets[1], "--json"]) == 0
+    at = args.index("--max-iters") + 1
+    one = [*args[:at], "1", *args[at + 1:]]
+    assert main([*one, "--resume", "--restart", targets[1], "--json"]) == 0
     out = capsys.readouterr()
     fresh = json.loads(out.out)["entries"]
     assert "row_sum_triton.py: restart: forgot sandbox/suite-worktrees/gpu" in out.err
     assert "branch tileloop/suite-row-sum-triton, sandbox/suite/suite-row-sum-triton-best.py" in out.err
     assert fresh[0].get("resumed") is True and fresh[0]["iterations"] == entries[0]["iterations"]
-    assert "resumed" not in fresh[1] and "error" not in fresh[1] and fresh[1]["iterations"] == 2
+    assert "resumed" not in fresh[1] and "error" not in fresh[1] and fresh[1]["iterations"] == 1
     new_dir = trees[fresh[1]["gpu"]] / "sandbox" / "suite-row-sum-triton"
     assert json.loads((new_dir / "state.json").read_text())["created"] != old_created
     assert not (new_dir / "marker").exists()
     recs = [json.loads(line) for line in (new_dir / "results.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in recs] == [0, 1, 2]
+    assert [r["iteration"] for r in recs] == [0, 1]
     assert sum((t / "sandbox" / "suite-row-sum-triton").is_dir() for t in trees.values()) == 1
 
 
@@ -238,6 +270,7 @@ def test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left(kernel_repo,
     from loop.measure.launch import with_package_path
     from tests.conftest import git
 
+    small_specs(kernel_repo)
     target = "kernels/vector_add/vector_add_triton.py"
     # no compile gate (--archs none): what is checked is the kill and the resume, not the gate, which
     # the other suite runs here pass through; it took a third of this test's time
@@ -321,15 +354,17 @@ def test_a_run_cut_off_by_per_run_goes_on_with_resume(tmp_path, clean_env, capsy
 
     two_op_repo(tmp_path, clean_env)
     target = "kernels/vector_add/vector_add_triton.py"
-    args = ["suite", "run", target, "--device", "cpu", "--max-iters", "2", "--archs", "sm_90", "--gpus", "0"]
+    # no compile gate (--archs none): the cut-off and the resume are checked, not the gate, which the suite runs
+    # of test_suite_run_then_summarize and test_suite_on_several_gpus_uses_one_worktree_per_gpu pass through
+    args = ["suite", "run", target, "--device", "cpu", "--max-iters", "2", "--archs", "none", "--gpus", "0"]
     clean_env.setenv("TILELOOP_TEST_INJECT", f"1:{REPO_ROOT / 'tests' / 'faults' / 'infinite_loop.py'}")
     clean_env.setenv("TILELOOP_WORKER_TIMEOUT", "900")  # the hang outlasts --per-run
-    # the test waits the limit out: the baseline is recorded and experiment 1 hangs about 26 s after the
-    # start on an idle 2-core machine; 90 s leaves room for a loaded one
-    assert main([*args, "--per-run", "90", "--json"]) == 0
+    # the test waits the limit out: the baseline is recorded and experiment 1 hangs well under 26 s after the
+    # start on an idle 2-core machine (26 s with the gate's build of the baseline); 70 s leaves room for a loaded one
+    assert main([*args, "--per-run", "70", "--json"]) == 0
     out = capsys.readouterr()
     (cut,) = json.loads(out.out)["entries"]
-    assert "cut off after 90 s" in out.err and cut["cut_off"] is True and "error" not in cut, (cut, out.err[-2000:])
+    assert "cut off after 70 s" in out.err and cut["cut_off"] is True and "error" not in cut, (cut, out.err[-2000:])
     run_dir = tmp_path / "sandbox" / "suite-worktrees" / "gpu0" / "sandbox" / cut["run"]
     recs = [Record.from_json(json.loads(line)) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert [r.iteration for r in recs] == [0, 1] and recs[1].optimization.endswith("(interrupted)")
