@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loop.judge.corroborate import AUDIT_BAND, BEYOND_COPY, WAKE_MAX_MS, beyond_copy, judge_audits, wake_allowance
+from loop.judge.corroborate import (AUDIT_BAND, BEYOND_COPY, WAKE_MAX_MS, WAKE_SHARE, beyond_copy, judge_audits,
+                                    wake_allowance)
 from test_judge import judged
 
 ADVERSARIES = Path(__file__).parent / "adversaries"
@@ -121,6 +122,24 @@ def test_a_sampler_that_claims_less_than_its_audited_work_is_refused_whatever_it
     paid = _small_graphs(WAKE_MS, WAKE_MS, WAKE_MS, WAKE_MS, work=0.742)
     refused = judge_audits(_verdict(), *paid)
     assert not refused["ok"] and refused["label"] == "candidate" and "audited requests claimed" in refused["reason"]
+
+
+def test_requests_that_claim_far_less_than_a_wake_up_get_no_more_of_it_than_a_multiple_of_their_claim():
+    """A candidate that makes its requests one short sample (its prepare claims a long call) would
+    otherwise claim nearly nothing for work it did when audited, the wake-up allowed covering it."""
+    v = {**_verdict(), "method": "cuda_events_l2_flush"}
+    slow, work, claim = 0.40, 0.10, 0.01  # ms: the incumbent's eager call, the candidate's, a tenth of it claimed
+    audits = {"incumbent": _rows(slow, 1, OVERHEAD_MS + slow + WAKE_MS, wake_ms=OVERHEAD_MS + WAKE_MS),
+              "candidate": _rows(claim, 1, OVERHEAD_MS + work + WAKE_MS, wake_ms=OVERHEAD_MS + WAKE_MS)}
+    empties = {"incumbent": [OVERHEAD_MS] * 10, "candidate": [OVERHEAD_MS] * 10}
+    samples = {"incumbent": [slow] * 40, "candidate": [claim] * 40}
+    assert wake_allowance(audits, empties) == pytest.approx(WAKE_MS)
+    refused = judge_audits(dict(v, labels={}), audits, empties, samples)
+    assert not refused["ok"] and refused["label"] == "candidate", refused
+    assert f"{WAKE_SHARE * claim:.4f} ms of it allowed as the wake-up" in refused["reason"]
+    # where the claims are a good share of the wake-up (the autotuned vector_add above), all of it is allowed
+    audits, empties, samples = _small_graphs(WAKE_MS, WAKE_MS, WAKE_MS, WAKE_MS)
+    assert WAKE_SHARE * 0.297 > WAKE_MS and judge_audits(_verdict(), audits, empties, samples)["ok"]
 
 
 def test_judging_audits_leaves_the_verdict_it_was_given_as_it_was():

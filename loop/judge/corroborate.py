@@ -97,6 +97,14 @@ AUDIT_BAND = {"cuda_graph": 0.10, "cuda_events_l2_flush": 0.15, "interpreter_wal
 # the most ms of an audited request's wall time allowed as its wake-up (`wake_allowance`): beyond it a
 # probe's time is no wake-up but a host's hiccup, or a process's work still running on the device
 WAKE_MAX_MS = 1.0
+# ... and never more than this multiple of the audited requests' own median claim. An allowance is a
+# fixed time: beside requests that claim much less (a batch forced down to one short sample), it would
+# let them claim almost nothing; with it, a sampler that claims C for work W is refused below
+# (1 - band) * (W - WAKE_SHARE * C - jitter) even with no wake-up of its own (at most (1 + 2 * 0.85) / 0.85,
+# about 3.2x, for a candidate whose process wakes instantly where its incumbent's takes 1 ms; bounded by
+# the band where both wake alike). 2: an honest autotuned vector_add at 2^20 claimed 0.297 ms beside a
+# 0.45 ms wake-up on an H200 (1.5 times its claim); far smaller claims are refused, as they were before.
+WAKE_SHARE = 2.0
 
 
 def wake_allowance(audits: dict[str, list[dict]], empties: dict[str, list[float]]) -> float:
@@ -130,7 +138,7 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
     outputs prove that their samples did the work: each audited request's claim within its wall time
     (as any request's), the audited claims not far below their wall time beyond the overhead of an
     empty request of the same size (`empties`) and the wake-up every implementation's probes show
-    (`wake_allowance`), and the other samples (`samples`, per call) not faster than the audited ones by
+    (`wake_allowance`, at most WAKE_SHARE times their claim), and the other samples (`samples`, per call) not faster than the audited ones by
     more than AUDIT_BAND. Audits that found wrong outputs are the judge's other refusal (`incorrect`),
     not this one's. Adds per label {audits, audited_ms, timed_over_audited, audited_claim_ms,
     audited_wall_ms, shared_audit_offset_ms, audit_wake_ms (its own probes beyond the overhead, where
@@ -160,10 +168,11 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
         audited -= shared
         if why := _over(claims, walls):
             return {**verdict, "ok": False, "label": label, "reason": f"{label}: audited: {why}"}
-        if statistics.median(claims) < (net - wake - jitter) * (1 - per_label):
+        allowed = min(wake, WAKE_SHARE * statistics.median(claims))
+        if statistics.median(claims) < (net - allowed - jitter) * (1 - per_label):
             return {**verdict, "ok": False, "label": label, "reason": f"{label}: audited requests claimed {statistics.median(claims):.4f} ms, "
                     f"but took {net:.4f} ms beyond the overhead on the judge's clock"
-                    + (f", {wake:.4f} ms of it allowed as the wake-up after the judge's writes" if wake else "")
+                    + (f", {allowed:.4f} ms of it allowed as the wake-up after the judge's writes" if allowed else "")
                     + f" (band {per_label:.0%})"}
         if timed < audited * (1 - AUDIT_BAND[method]):
             return {**verdict, "ok": False, "label": label, "reason": f"{label}: timed at {timed:.5f} ms per call, but {audited:.5f} ms "
