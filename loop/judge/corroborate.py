@@ -100,9 +100,10 @@ WAKE_MAX_MS = 1.0
 # ... and never more than this multiple of the audited requests' own median claim. An allowance is a
 # fixed time: beside requests that claim much less (a batch forced down to one short sample), it would
 # let them claim almost nothing; with it, a sampler that claims C for work W is refused below
-# (1 - band) * (W - WAKE_SHARE * C - jitter) even with no wake-up of its own (at most (1 + 2 * 0.85) / 0.85,
-# about 3.2x, for a candidate whose process wakes instantly where its incumbent's takes 1 ms; bounded by
-# the band where both wake alike). 2: an honest autotuned vector_add at 2^20 claimed 0.297 ms beside a
+# (1 - band) * (W - WAKE_SHARE * C - jitter) even with no wake-up of its own: W / C at most
+# (1 + WAKE_SHARE * (1 - band)) / (1 - band), about 3.2x on CUDA graphs, for a candidate whose process would
+# wake instantly where its incumbent's takes up to WAKE_MAX_MS; within the band where both wake alike.
+# 2: an honest autotuned vector_add at 2^20 claimed 0.297 ms beside a
 # 0.45 ms wake-up on an H200 (1.5 times its claim); far smaller claims are refused, as they were before.
 WAKE_SHARE = 2.0
 
@@ -120,7 +121,7 @@ def wake_allowance(audits: dict[str, list[dict]], empties: dict[str, list[float]
     candidate's reach, so padding buys nothing, and a lone implementation's own probes allow nothing.
     What is left to a cheat is the difference between the incumbent's wake-up and its own (a request
     can be answered faster after a stop only by doing less of what every request does), at most
-    WAKE_MAX_MS a request."""
+    WAKE_MAX_MS a request and WAKE_SHARE times its claim (`judge_audits`)."""
     wakes = []
     for label, rows in audits.items():
         probes = [r["wake_ms"] for r in rows if r["ok"] and r.get("wake_ms") is not None]
