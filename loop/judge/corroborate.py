@@ -139,9 +139,9 @@ def judge_audits(verdict: dict, audits: dict[str, list[dict]], empties: dict[str
     outputs prove that their samples did the work: each audited request's claim within its wall time
     (as any request's), the audited claims not far below their wall time beyond the overhead of an
     empty request of the same size (`empties`) and the wake-up every implementation's probes show
-    (`wake_allowance`, at most WAKE_SHARE times their claim), and the other samples (`samples`, per call) not faster than the audited ones by
-    more than AUDIT_BAND. Audits that found wrong outputs are the judge's other refusal (`incorrect`),
-    not this one's. Adds per label {audits, audited_ms, timed_over_audited, audited_claim_ms,
+    (`wake_allowance`, at most WAKE_SHARE times their claim), and the other samples (`samples`, per
+    call) not faster than the audited ones by more than AUDIT_BAND. Audits that found wrong outputs
+    are the judge's other refusal (`incorrect`), not this one's. Adds per label {audits, audited_ms, timed_over_audited, audited_claim_ms,
     audited_wall_ms, shared_audit_offset_ms, audit_wake_ms (its own probes beyond the overhead, where
     probed)} and `audit_wake_allowed_ms`."""
     method = verdict["method"]
