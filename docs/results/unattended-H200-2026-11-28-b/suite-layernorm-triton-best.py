@@ -1,0 +1,45 @@
+"""layernorm, first version: one row per program, three passes over the row in small chunks
+(mean, variance, normalize), statistics in fp32, one warp, no autotune."""
+
+import triton
+import triton.language as tl
+
+BLOCK = 128
+NUM_WARPS = 1
+EPS = 1e-5  # part of the op (spec.EPS), not a tuning knob
+
+
+@triton.jit
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, stride_x, stride_out, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_x
+    out_row = out_ptr + row * stride_out
+    partial = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        partial += x
+    mean = tl.sum(partial, axis=0) / n_cols
+    partial = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        d = tl.where(cols < n_cols, x - mean, 0.0)
+        partial += d * d
+    var = tl.sum(partial, axis=0) / n_cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd * w + b
+        tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def run(x, weight, bias, out):
+    rows, cols = x.shape
+    layernorm_kernel[(rows,)](x, weight, bias, out, cols, x.stride(0), out.stride(0), EPS,
+                              BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return out
