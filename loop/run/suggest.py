@@ -85,7 +85,7 @@ def incumbent_coverage(run: Run) -> tuple[list[str] | None, list[str] | None]:
 
 def _best(run: Run) -> tuple[str, Analysis]:
     src = gitops.show_file(run.root, run.state.best_commit, run.state.target)
-    return src, analysis_of(run, src)[0]  # with the best version's distance to its roofline: big levers first
+    return src, analysis_of(run, src)[0]  # with the best version's distance to its roofline: by expected gain per expected second
 
 
 def suggestions(run: Run, limit: int = 3) -> list[dict]:

@@ -39,7 +39,7 @@ def loop(run: Run, max_iters: int | None) -> decide.Stop:
             stop = decide.stopping("escalate", f"GPU health check failed: {bad}", run.timing_mode)
             break
         src = (run.root / run.state.target).read_text()
-        an, _ = analysis_of(run, src)  # with the best version's distance to its roofline: big levers first
+        an, _ = analysis_of(run, src)  # with the best version's distance to its roofline: by expected gain per expected second
         cand = _injected(run, run.state.last_iteration + 1) or propose(run, src, an)
         if cand is None:
             stop = run.stop_state(exhausted=True)
