@@ -60,12 +60,14 @@ def finish(run: Run, record: Record) -> Record:
         if sha is None:
             raise UserError(f"iteration {n}: its commit is neither the branch tip nor under {ref}")
     record = replace(record, commit=sha)
-    if not any(r.iteration == n for r in run.records()):
+    recs = run.records()  # read once: what the file holds, with this record once it is appended
+    if not any(r.iteration == n for r in recs):
         append_record(run.results_path, record)
+        recs = [*recs, record]
     if record.status == "keep":
         run.progress_view.update(best=record.latency_ms)
         mark_seen(run, gitops.show_file(run.root, sha, run.state.target))
-    st.recount(run.state, run.records())  # the best commit, the last iteration, the counters: as the records say
+    st.recount(run.state, recs)  # the best commit, the last iteration, the counters: as the records say
     run.state.inflight = None
     run.save()
     run.render()
