@@ -167,11 +167,7 @@ def test_integrity_refuses_other_files(small_repo, capsys):
 
 
 def test_unattended_run_and_resume(small_repo, capsys, monkeypatch):
-    """An unattended run, interrupted and resumed. Its compile gate builds for sm_90 alone (--archs sm_90,
-    which the resumed run keeps): the gate on both default architectures, here every config of the autotune
-    candidate and every value of the sweep twice over, is test_agent_session_keep_revert_crash's."""
-    out = run_json(capsys, ["run", TARGET, "--device", "cpu", "--branch", "tileloop/auto", "--max-iters", "2",
-                            "--archs", "sm_90"])
+    out = run_json(capsys, ["run", TARGET, "--device", "cpu", "--branch", "tileloop/auto", "--max-iters", "2"])
     assert out["stop"]["state"] in ("stop", "escalate")
     records = out["records"]
     assert records[0]["optimization"] == "baseline" and len(records) == 3
