@@ -163,17 +163,18 @@ def json_contract(monkeypatch):
 # xdist_group) goes to whichever worker is free, a few at a time, in this order. (`--dist load` would
 # hand the first eighth of the collection to one worker at the start, all of these on the same one.)
 LONGEST_FIRST = (
-    "test_suite_cmd.py::test_a_killed_suite_resumes_each_run_where_it_stopped",
-    "test_recipes_cutile_autotune.py::test_every_config_compiles_ahead_of_time_for_hopper_and_blackwell[matmul]",
-    "test_suite_cmd.py::test_a_run_cut_off_by_per_run_goes_on_with_resume",
     "test_decision_check.py::test_cpu_",  # with the module fixture cpu_check's other user, so it is made once
     "test_decision_check.py::test_every_json_field_is_documented",
+    "test_suite_cmd.py::test_a_killed_suite_resumes_each_run_where_it_stopped",
     "test_faults.py::test_cpu_faults_through_the_loop",
+    "test_recipes_cutile_autotune.py::test_every_config_compiles_ahead_of_time_for_hopper_and_blackwell[matmul]",
     "test_adversaries.py::test_no_adversary_is_kept_under_the_interpreter",
-    "test_faults.py::test_op_fault_variants_planted_in_an_unattended_run",
-    "test_suite_cmd.py::test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left",
+    "test_suite_cmd.py::test_a_run_cut_off_by_per_run_goes_on_with_resume",
+    "test_agent.py::test_every_skill_command_runs",
     "test_agent.py::test_scripted_agent_session",
-    "test_suite_cmd.py::test_resume_with_fewer_gpus_goes_on_where_the_runs_live",
+    "test_suite_cmd.py::test_a_killed_one_gpu_suite_resumes_from_the_run_branch_it_left",
+    "test_e2e_cpu.py::test_unattended_run_and_resume",
+    "test_suite_cmd.py::test_suite_on_several_gpus_uses_one_worktree_per_gpu",
 )
 
 
