@@ -42,7 +42,6 @@ this tileloop, and Ray and the rest from the driver's own PYTHONPATH after it.""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -54,7 +53,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop.common.errors import UserError
-from loop.common.files import atomic_write_text
 from loop.measure.launch import with_package_path
 from loop.records import gitops
 from loop.run import state as st
@@ -76,7 +74,7 @@ from loop.suite.ray_task import (
     unpack,
 )
 from loop.suite.runner import Children
-from loop.suite.summary import ENTRY_SCHEMA
+from loop.suite.summary import ENTRY_SCHEMA, write_entry
 from loop.suite.worktrees import (
     branch_of,
     entry_of_finished,
@@ -470,7 +468,7 @@ class RayEngine:
                 if task.checkpoint >= 0 else "nothing of its run came back: suite run --ray --resume starts it anew")
         call.log(f"[ray] {task.target}: the task failed ({why}); {kept}")
         entry = {"schema": ENTRY_SCHEMA, "run": run_id, "target": task.target, "error": f"the Ray task failed ({why}): {kept}"}
-        atomic_write_text(call.out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        write_entry(call.out_dir, entry)
         return entry
 
     def _checkpoint(self, call: SuiteCall, task: Task, checkpoint: Checkpoint) -> None:
@@ -515,7 +513,7 @@ class RayEngine:
         task.cost.returned_bytes += len(result.bundle or b"") + len(result.archive)
         task.cost.take_s += time.monotonic() - t0
         entry["driver"] = task.cost.as_entry()
-        atomic_write_text(call.out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        write_entry(call.out_dir, entry)
         return entry
 
     def _start(self, call: SuiteCall, tasks: int) -> Path | None:

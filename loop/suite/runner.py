@@ -38,7 +38,7 @@ from loop.measure.launch import kill_group, with_package_path
 from loop.records import gitops
 from loop.run import state as st
 from loop.suite.engines import Engine, SuiteCall
-from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets
+from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets, write_entry
 from loop.suite.worktrees import (
     WORKTREES,
     branch_of,
@@ -164,7 +164,7 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
         log(f"[suite] {target}: no records (exit {returncode}){': ' + why if why else ''}; see {run_id}.log")
         entry = {"schema": ENTRY_SCHEMA, "run": run_id, "target": str(path),
                  "error": f"no records (exit {returncode})" + (f": {why}" if why else "")}
-        atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+        write_entry(out_dir, entry)
         return entry
     measure = ["--measure"] if "--device" not in extra or extra[extra.index("--device") + 1] == "cuda" else []
     rep_proc = children.popen([sys.executable, "-m", "loop", "report", "--run", run_id, *measure, "--json"], cwd=run_root,
@@ -184,7 +184,7 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
     if final is None and measure:  # no final measurement was asked for on the CPU
         entry["final_error"] = ((err_text or out)[-400:] if (err_text or out).strip() else
                                 f"report --measure exited {rep_proc.returncode} with no output (killed?)")
-    atomic_write_text(out_dir / f"{run_id}.json", json.dumps(entry, indent=1, default=str) + "\n")
+    write_entry(out_dir, entry)
     state = st.view(run_root, run_id) or {}
     if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
         best_src = git_output(root, "show", f"{state['best_commit']}:{state['target']}")

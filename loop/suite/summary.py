@@ -83,6 +83,11 @@ def entry_from_run(run_dir: Path, final: dict | None, cut_off: bool, wall_s: flo
     }
 
 
+def write_entry(out_dir: Path, entry: dict) -> None:
+    """A suite entry written (whole) to the output folder, as `<run>.json`."""
+    atomic_write_text(out_dir / f"{entry['run']}.json", json.dumps(entry, indent=1, default=str) + "\n")
+
+
 def from_records(recs: list[Record], cut_at: float | None = None) -> dict:
     """What an entry keeps of its run's records for `suite summarize --unattended-json`: each
     experiment's wall time, the seconds each experiment cut off had run (`cut_experiment_s`), the
@@ -94,13 +99,9 @@ def from_records(recs: list[Record], cut_at: float | None = None) -> dict:
     where = roofline(best, recs[0].target_backend) if best else None
     done = [r for r in recs[1:] if not interrupted(r)]
     cut = [s for r in recs[1:] if interrupted(r) and (s := elapsed_s(r)) is not None]
-    if cut_at is not None and recs[-1].finished and not interrupted(recs[-1]):
-        try:
-            tail = cut_at - datetime.fromisoformat(recs[-1].finished).timestamp()
-        except ValueError:
-            tail = 0.0
-        if tail > 0:
-            cut.append(round(tail, 3))
+    last = _epoch(recs[-1].finished)
+    if cut_at is not None and last is not None and not interrupted(recs[-1]) and cut_at > last:
+        cut.append(round(cut_at - last, 3))
     return {"experiment_wall_s": [r.wall_s for r in done], "cut_experiment_s": cut,
             "records_wall_s": round(sum(r.wall_s for r in recs), 3), "roofline": where.basis if where else None}
 
@@ -108,8 +109,14 @@ def from_records(recs: list[Record], cut_at: float | None = None) -> dict:
 def elapsed_s(r: Record) -> float | None:
     """Seconds from an interrupted experiment's start to the record that closed it (the stop, or the
     repair after a `--per-run` cut): a lower bound of what the experiment would have taken."""
+    start, end = _epoch(r.started), _epoch(r.finished)
+    return None if start is None or end is None else round(end - start, 3)
+
+
+def _epoch(stamp: str) -> float | None:
+    """A record's ISO time stamp in epoch seconds, None where it has none (or none readable)."""
     try:
-        return round((datetime.fromisoformat(r.finished) - datetime.fromisoformat(r.started)).total_seconds(), 3)
+        return datetime.fromisoformat(stamp).timestamp()
     except (TypeError, ValueError):
         return None
 

@@ -235,4 +235,6 @@ class TritonTileIRConfigs(PatternRecipe):
                          ": expect 10-50% on the tileir backend where one program per SM leaves bandwidth idle, ~0 "
                          "where the kernel already saturates it; no change on other backends (the configs never "
                          "reach them); the first call per key compiles the extra configs", code,
-                         configs=len(OCCUPANCY) * len(ctas) if base_configs else MAX_CONFIGS)  # the latter: at most
+                         # a new autotune: its one base config times the variants; around an existing one, whose
+                         # configs cannot be counted here, the most the variants keep (MAX_CONFIGS)
+                         configs=len(OCCUPANCY) * len(ctas) if base_configs else MAX_CONFIGS)
