@@ -4,6 +4,8 @@ into typed results."""
 
 from __future__ import annotations
 
+import hashlib
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +74,10 @@ def verify(run: Run, n: int, workdir: Path, target: Path) -> tuple[dict[str, Bac
         run.stage("verify")
     if not run.state.archs:
         return None, {}
+    key = gate_key(run, target)
+    if key in run.gated:  # this very source passed the gate in this process (a remeasure, an A/A pair)
+        run.log(f"#{n} compile {','.join(run.state.archs)}: passed before ({run.gated[key]['passed_at']}), not built again")
+        return None, {k: v for k, v in run.gated[key].items() if k != "passed_at"}
     run.log(f"#{n} compile {','.join(run.state.archs)}")
     raw = compile_gate(workdir=workdir, spec_path=run.root / run.state.spec, target_dir=(run.root / run.state.target).parent,
                        target=target, language=run.state.language, archs=run.state.archs,
@@ -79,6 +85,7 @@ def verify(run: Run, n: int, workdir: Path, target: Path) -> tuple[dict[str, Bac
                        dtypes=spec_dtypes(run.root / run.state.spec))
     gate = {"status": raw["status"], "archs": run.state.archs, "rows": compile_summary(raw)}
     if raw["status"] == "ok":
+        run.gated[key] = {**gate, "passed_at": f"#{n}"}
         return None, gate
     reason = f"ahead-of-time compile failed: {raw.get('message', '')}"[:500]
     results = {name: not_run(name, run.state.availability, "compile gate failed") for name in run.state.backends}
@@ -87,6 +94,16 @@ def verify(run: Run, n: int, workdir: Path, target: Path) -> tuple[dict[str, Bac
                                 timing_label=get_backend(tb).timing_label,
                                 worker_dir=str(workdir.relative_to(run.root)))
     return results, gate
+
+
+def gate_key(run: Run, target: Path) -> str:
+    """What the gate's verdict depends on: the candidate's source, the spec, the language, the
+    architectures (the rest of the target's folder is checked unchanged by every iteration)."""
+    digest = hashlib.sha256()
+    for part in (target.read_bytes(), (run.root / run.state.spec).read_bytes(), run.state.language.encode(),
+                 ",".join(run.state.archs).encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()
 
 
 def implementations(run: Run, workdir: Path, sources: dict[str, str]) -> dict[str, Path]:
@@ -103,13 +120,16 @@ def judged(run: Run, n: int, workdir: Path, impls: dict[str, Path], check: list[
            on_stage: Callable[[str], None], ahead: JudgeAhead | None = None):
     """One judged measurement of `impls` per backend of `backends` (`check`: the labels whose
     correctness is checked), with the run's spec, seed, device, caches and judge host."""
-    return measure(root=run.root, workdir=workdir, spec_path=run.root / run.state.spec,
+    m = measure(root=run.root, workdir=workdir, spec_path=run.root / run.state.spec,
                    target_dir=(run.root / run.state.target).parent, impls=impls, check=check,
                    backend_names=backends, availability=run.state.availability,
                    target_backend=run.state.target_backend, device=run.state.device, seed=run.state.seed + n,
                    settings=run.settings, cache_root=run.dir / "triton-cache", on_stage=on_stage,
                    timing=CPU_TIMING if run.state.device == "cpu" else None, target=run.root / run.state.target,
                    ahead=ahead, host=run.host)
+    if run.state.device == "cuda" and (m.raw.get(run.state.target_backend) or {}).get("status") == "ok":
+        run.device_answered = time.monotonic()  # the device answered this judge: `Run.gpu_health` skips its worker
+    return m
 
 
 def on_measure(run: Run, n: int, what: str) -> None:
