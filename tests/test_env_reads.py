@@ -18,7 +18,8 @@ HANDED_ON = {
     "loop/measure/launch.py": "a worker's or judge's environment: the caller's, with its backend's variables",
     "loop/measure/external.py": "a harness command's environment: the caller's, without bytecode or pytest caches",
     "loop/suite/runner.py": "a suite's child tileloop: the caller's environment, this tileloop importable",
-    "loop/suite/ray_engine.py": "RAY_ADDRESS, Ray's own variable: join the cluster it names rather than start one",
+    "loop/suite/ray_cluster.py": "RAY_ADDRESS, Ray's own variable: join the cluster it names rather than start one; "
+                                 "a local cluster's workers' PYTHONPATH: the driver's, after this tileloop's",
     "loop/run/demo.py": "the demo repository's git commands: the caller's environment and a fallback identity",
     "loop/judge/host.py": "a forked judge takes the environment of the request it serves",
     "loop/judge/fork.py": "a kernel process's environment: the judge's, with the pid of its judge",

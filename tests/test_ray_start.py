@@ -13,7 +13,7 @@ import time
 import pytest
 
 from loop.measure.launch import SOURCE_ROOT
-from loop.suite import ray_engine
+from loop.suite import ray_deadlines, ray_engine
 from loop.suite.engines import SuiteCall
 from loop.suite.ray_task import Started, TaskResult, pack
 from tests.conftest import git
@@ -109,8 +109,8 @@ def _result(target: str) -> TaskResult:
 def fast(monkeypatch):
     """The driver's looks and deadlines short, so that a test of them takes a second or so."""
     monkeypatch.setattr(ray_engine, "WAIT_S", 0.02)
-    monkeypatch.setattr(ray_engine, "START_S", 0.4)
-    monkeypatch.setattr(ray_engine, "GRACE_S", 0.3)
+    monkeypatch.setattr(ray_deadlines, "START_S", 0.4)
+    monkeypatch.setattr(ray_deadlines, "GRACE_S", 0.3)
     monkeypatch.setattr(tempfile, "tempdir", "/tmp")  # short enough for a cluster's sockets: no root of our own
 
 
@@ -125,10 +125,10 @@ def test_a_local_cluster_s_workers_import_tileloop_then_the_driver_s_pythonpath(
         monkeypatch.delenv("PYTHONPATH", raising=False)
     ray = _FakeRay([])
     monkeypatch.setitem(sys.modules, "ray", ray)
-    ray_engine.RayEngine()._start(_call(kernel_repo), 1)
+    ray_engine.RayEngine().cluster.start(1, _call(kernel_repo).log)
     [local] = ray.inits
     assert local["runtime_env"]["env_vars"]["PYTHONPATH"].split(os.pathsep) == [str(SOURCE_ROOT), *driver]
-    ray_engine.RayEngine("127.0.0.1:6379")._start(_call(kernel_repo), 1)
+    ray_engine.RayEngine("127.0.0.1:6379").cluster.start(1, _call(kernel_repo).log)
     assert "runtime_env" not in ray.inits[1] and ray.inits[1]["address"] == "127.0.0.1:6379"
 
 
@@ -147,10 +147,10 @@ def test_a_task_that_never_begins_is_given_up_and_its_entry_says_why_from_the_wo
     said: list[str] = []
     t0 = time.monotonic()
     first, second = ray_engine.RayEngine().run(_call(kernel_repo, said=said), None)
-    assert time.monotonic() - t0 >= ray_engine.START_S
+    assert time.monotonic() - t0 >= ray_deadlines.START_S
     error = first["error"]
     # (counted from when the other task, which had begun, left the cluster: it might have waited for that one's slot)
-    assert error.startswith(f"the Ray task failed (it had not begun {ray_engine.START_S:g} s after "), error
+    assert error.startswith(f"the Ray task failed (it had not begun {ray_deadlines.START_S:g} s after "), error
     assert "ModuleNotFoundError: No module named 'ray' (ray-logs/worker-01-ffff-4242.err)" in error and "\n" not in error
     assert error.endswith("nothing of its run came back: suite run --ray --resume starts it anew")
     assert json.loads((kernel_repo / "sandbox" / "suite" / f"{first['run']}.json").read_text()) == first
@@ -165,7 +165,7 @@ def test_a_task_waiting_for_a_slot_of_the_suite_is_not_given_up_and_one_past_its
     """Without --per-run, a task that began runs as long as it runs, and one that waits for its slot
     counts `START_S` from when that task ended, not from when it was sent. With --per-run, a task still
     running `--per-run` plus `GRACE_S` after it began is cancelled, its entry saying so."""
-    slow = ray_engine.START_S * 3
+    slow = ray_deadlines.START_S * 3
     running = _Stream([(0, Started(TARGETS[0], "n1", 7)), (slow, _result(TARGETS[0]))])
     ray = _FakeRay([running, _Stream([(0, Started(TARGETS[1], "n1", 8)), (0, _result(TARGETS[1]))], after=running)])
     monkeypatch.setitem(sys.modules, "ray", ray)
@@ -187,11 +187,11 @@ def test_a_task_waiting_for_a_slot_of_the_suite_is_not_given_up_and_one_past_its
 def test_the_last_line_of_a_worker_log_s_last_traceback_is_found(tmp_path):
     logs = tmp_path / "logs"
     (logs / "old").mkdir(parents=True)
-    assert ray_engine.traceback_end(logs) is None
+    assert ray_deadlines.traceback_end(logs) is None
     (logs / "worker-a.err").write_text("starting\n" + MISSING_RAY.replace("ray'", "grpc'") + "later output\n")
-    assert ray_engine.traceback_end(logs) == ("ModuleNotFoundError: No module named 'grpc'", "worker-a.err")
+    assert ray_deadlines.traceback_end(logs) == ("ModuleNotFoundError: No module named 'grpc'", "worker-a.err")
     newer = logs / "old" / "worker-b.err"
     newer.write_text('Traceback (most recent call last):\n  File "x.py", line 1\n    f(\n    ^\n'
                      "SyntaxError: '(' was never closed\n")
     os.utime(newer, (time.time() + 5, time.time() + 5))
-    assert ray_engine.traceback_end(logs) == ("SyntaxError: '(' was never closed", "old/worker-b.err")
+    assert ray_deadlines.traceback_end(logs) == ("SyntaxError: '(' was never closed", "old/worker-b.err")

@@ -531,18 +531,19 @@ def test_a_lost_task_is_sent_again_once(kernel_repo, monkeypatch, second):
 def test_a_temporary_folder_too_long_for_the_cluster_sockets_is_replaced_by_a_short_one(tmp_path, monkeypatch):
     import tempfile
 
-    from loop.suite.ray_engine import SOCKET_ROOT_MOST, RayEngine
+    from loop.suite.ray_cluster import SOCKET_ROOT_MOST
+    from loop.suite.ray_engine import RayEngine
 
-    engine = RayEngine()
+    cluster = RayEngine().cluster
     deep = tmp_path / ("d" * (SOCKET_ROOT_MOST + 1))
     deep.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
-    root = engine._temp_root()["_temp_dir"]
-    assert len(root) <= SOCKET_ROOT_MOST and root.startswith("/tmp/") and engine.own_root.is_dir()
-    engine.own_root.rmdir()
+    root = cluster.temp_root()["_temp_dir"]
+    assert len(root) <= SOCKET_ROOT_MOST and root.startswith("/tmp/") and cluster.own_root.is_dir()
+    cluster.own_root.rmdir()
     short = tmp_path.anchor + "t"  # a root that fits is left to Ray
     monkeypatch.setattr(tempfile, "tempdir", short)
-    assert RayEngine()._temp_root() == {}
+    assert RayEngine().cluster.temp_root() == {}
 
 
 @pytest.fixture(scope="module")
@@ -583,7 +584,7 @@ out = Path(sys.argv[1])
 call = SuiteCall(root=out, start_branch="", start_sha="", targets=(), out_dir=out, per_run_s=None, extra=(),
                  resume=False, killed_here=None, log=lambda line: print(line, file=sys.stderr))
 engine = RayEngine()
-session = engine._start(call, 1)
+session = engine.cluster.start(1, call.log)
 ray = engine.ray
 
 def where():
@@ -592,7 +593,7 @@ def where():
 
 ready, _ = ray.wait([ray.remote(where).remote()], timeout=40)
 print(json.dumps(ray.get(ready[0]) if ready else None))
-engine._stop(session, out)
+engine.cluster.stop(session, out)
 """
     from loop.measure.launch import SOURCE_ROOT
 
@@ -616,10 +617,10 @@ def test_a_suite_whose_workers_die_at_start_ends_with_the_reason_in_its_entry(ra
     script = """
 import sys
 from loop.measure.launch import with_package_path
-from loop.suite import ray_engine
+from loop.suite import ray_cluster, ray_deadlines
 
-ray_engine.START_S = 15.0
-ray_engine.worker_env_vars = lambda: with_package_path({})  # tileloop's root alone: the workers find no Ray
+ray_deadlines.START_S = 15.0
+ray_cluster.worker_env_vars = lambda: with_package_path({})  # tileloop's root alone: the workers find no Ray
 from loop.cli import main
 
 sys.exit(main(sys.argv[1:]))

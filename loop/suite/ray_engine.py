@@ -25,16 +25,14 @@ resume` records it; a second loss leaves the run as its last checkpoint left it,
 so. Ray's own retry of a task is off: it would start the run anew in a fresh clone. A SIGTERM
 while something is taken in waits until it is in whole.
 
-No task holds the suite up for good: one that has not said it began (`Started`) `START_S` after
-it was sent, or after the suite's last task that had begun left the cluster (it may have waited
-for that one's slot), and one still running `--per-run` plus `GRACE_S` after it began, is
-cancelled, and its entry says why in one line (for one that never began, the last line of a
-traceback in the local cluster's worker logs, such as a worker that could not import Ray); the
-suite goes on with the others. What of its run came back stays, as for a failed task: `suite run --ray --resume` goes on
+No task holds the suite up for good: one that has not said it began (`Started`) in time, or
+still runs long past `--per-run` (`ray_deadlines`), is cancelled, and its entry says why in one
+line (for one that never began, the last line of a traceback in the local cluster's worker logs,
+such as a worker that could not import Ray); the suite goes on with the others. What of its run came back stays, as for a failed task: `suite run --ray --resume` goes on
 from its last checkpoint, or starts it anew.
 
 With no ADDRESS (and no RAY_ADDRESS), tileloop starts a local cluster sized to the targets and
-stops it at the end, its logs kept in `<out-dir>/ray-logs/`; with one, it joins that cluster,
+stops it at the end, its logs kept in `<out-dir>/ray-logs/` (`ray_cluster`); with one, it joins that cluster,
 whose nodes need this tileloop installed (and the settings, TILELOOP_*, set as they should be:
 a task's runs take the environment of the node's Ray worker). A local cluster's workers import
 this tileloop, and Ray and the rest from the driver's own PYTHONPATH after it."""
@@ -42,9 +40,7 @@ this tileloop, and Ray and the rest from the driver's own PYTHONPATH after it.""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -53,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loop.common.errors import UserError
-from loop.measure.launch import with_package_path
 from loop.records import gitops
 from loop.run import state as st
 from loop.suite.engines import SuiteCall
+from loop.suite.ray_cluster import Cluster
+from loop.suite.ray_deadlines import overdue
 from loop.suite.ray_task import (
     OUT_FOLDER,
     RUN_FOLDER,
@@ -87,21 +84,7 @@ from loop.suite.worktrees import (
 )
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
-# A local cluster's sockets live at <temp root>/ray/session_<date>_<time>_<pid>/sockets/plasma_store, and a
-# socket's path may not pass 107 bytes: a temporary folder longer than this (a deep TMPDIR) is replaced for Ray
-# by a short one of its own under /tmp
-SOCKET_ROOT_MOST = 107 - len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
-LOGS = "ray-logs"  # under the output folder: the local cluster's logs
-OBJECT_STORE_BYTES = 128 * 2**20  # a local cluster's object store: bundles and archives (more spills to disk)
 WAIT_S = 1.0  # between looks at the tasks' streams
-# a task's worker imports Ray, tileloop and the task's arguments, then says it began: one that has not, this
-# long after it was sent or after the suite's other tasks left the cluster, never will (its workers die at
-# start) or waits on a cluster too busy to run it
-START_S = 120.0
-# past a task's --per-run (which its own run keeps): the run's repair, its report (a final measurement on
-# a GPU) and the way back; a task still running then is stuck
-GRACE_S = 300.0
-LOG_TAIL_BYTES = 64 * 1024  # read of each worker log's end for a traceback
 
 
 def import_ray():
@@ -111,45 +94,6 @@ def import_ray():
     except ImportError:
         raise UserError(f"--ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
     return ray
-
-
-def worker_env_vars() -> dict[str, str]:
-    """The variables a local cluster's workers get: PYTHONPATH with this tileloop first, then the
-    driver's own entries (where Ray itself may be, installed with `pip install --target`)."""
-    driver = os.environ.get("PYTHONPATH")
-    return with_package_path({"PYTHONPATH": driver} if driver else {})
-
-
-def traceback_end(logs: Path) -> tuple[str, str] | None:
-    """The last line of the last traceback in the newest worker log (`*.err`) under a cluster's
-    logs folder that holds one, and that log's path under the folder; None when none does."""
-    found = []
-    for path in logs.rglob("*.err"):
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-                text = f.read().decode(errors="replace")
-            mtime = path.stat().st_mtime
-        except OSError:  # rotated or removed meanwhile
-            continue
-        line = _exception_line(text)
-        if line is not None:
-            found.append((mtime, str(path.relative_to(logs)), line))
-    if not found:
-        return None
-    _, name, line = max(found)
-    return line, name
-
-
-def _exception_line(text: str) -> str | None:
-    """The line that ends the last Python traceback in `text` (`ModuleNotFoundError: ...`), or None."""
-    head = text.rfind("Traceback (most recent call last):")
-    if head < 0:
-        return None
-    for line in text[head:].splitlines()[1:]:
-        if line.strip() and not line[0].isspace() and not set(line.strip()) <= set("^~ "):
-            return line.strip()
-    return None
 
 
 @contextlib.contextmanager
@@ -290,8 +234,7 @@ class RayEngine:
 
     def __init__(self, address: str | None = None):
         self.ray = import_ray()
-        self.address = address or None
-        self.own_root: Path | None = None  # a short temporary root made for a local cluster (`_temp_root`)
+        self.cluster = Cluster(self.ray, address)
 
     def run(self, call: SuiteCall, children: Children) -> list[dict]:
         root = call.root
@@ -313,7 +256,7 @@ class RayEngine:
     def _run(self, call: SuiteCall, done: dict[str, dict], todo: list[str], identity: tuple[str, str]) -> list[dict]:
         """The targets to send run on the cluster, each followed to its end; every entry in order."""
         ray = self.ray
-        logs = self._start(call, len(todo))
+        session = self.cluster.start(len(todo), call.log)
         try:
             if call.device == "cuda" and not ray.cluster_resources().get("GPU"):  # its tasks would wait forever
                 raise UserError("the Ray cluster has no GPU for the runs (--device cuda)",
@@ -349,7 +292,8 @@ class RayEngine:
                         done[task.target] = entry
                 held = time.monotonic() if any(t.started is not None for t in tasks) else held
                 for task in [t for t in tasks if not any(t.stream is r for r in ready)]:
-                    why = self._overdue(call, task, held, logs)
+                    why = overdue(sent=task.sent, started=task.started, node=task.node, per_run_s=call.per_run_s,
+                                  held=held, session=session)
                     # given up only if nothing came from it meanwhile (it may have begun during the sleep)
                     if why is not None and not ray.wait([task.stream], num_returns=1, timeout=0)[0]:
                         tasks.remove(task)
@@ -357,7 +301,7 @@ class RayEngine:
                         self._cancel(task)
                         done[task.target] = self._failed(call, task, why)
         finally:
-            self._stop(logs, call.out_dir)
+            self.cluster.stop(session, call.out_dir)
         return [done[t] for t in call.targets if t in done]
 
     def _plan(self, call: SuiteCall) -> tuple[dict[str, dict], list[str]]:
@@ -416,33 +360,6 @@ class RayEngine:
                 self._checkpoint(call, task, item)
                 return None
             return self._take(call, task, item)
-
-    def _overdue(self, call: SuiteCall, task: Task, held: float, session: Path | None) -> str | None:
-        """Why the driver stops waiting for a task with nothing ready (one line), or None: it has not
-        said it began `START_S` after it was sent or after a task of the suite last held a slot
-        (`held`: it may have waited for that one), or it is still running `--per-run` plus `GRACE_S`
-        after it began."""
-        now = time.monotonic()
-        if task.started is None:
-            if now - max(task.sent, held) < START_S:
-                return None
-            since = "the suite's other tasks left the cluster" if held > task.sent else "it was sent"
-            return f"it had not begun {START_S:g} s after {since}: {self._why_not_begun(session)}"
-        if call.per_run_s is not None and now - task.started > call.per_run_s + GRACE_S:
-            return (f"it was still running on {task.node} {call.per_run_s + GRACE_S:g} s after it began (--per-run "
-                    f"{call.per_run_s:g} s, and {GRACE_S:g} s for its repair, report and way back); cancelled")
-        return None
-
-    def _why_not_begun(self, session: Path | None) -> str:
-        """What the cluster's worker logs say of a task that never began, in words (one line)."""
-        if session is None:  # a cluster joined: its workers' logs are on its nodes
-            return ("no worker of the cluster ran it (its workers may die at start: see logs/worker-*.err in the Ray "
-                    "session folder of each node; or the cluster has no CPU or GPU free for it)")
-        end = traceback_end(session / "logs")
-        if end is None:
-            return f"no worker of the local cluster ran it, and no worker log ({LOGS}/*.err) holds a traceback"
-        line, name = end
-        return f"a worker of the local cluster died at start: {line} ({LOGS}/{name})"
 
     def _cancel(self, task: Task) -> None:
         """A task given up on cancelled (a pending one never runs; a running one's worker is killed,
@@ -515,52 +432,6 @@ class RayEngine:
         entry["driver"] = task.cost.as_entry()
         write_entry(call.out_dir, entry)
         return entry
-
-    def _start(self, call: SuiteCall, tasks: int) -> Path | None:
-        """Join the cluster at the address (or RAY_ADDRESS), else start a local one sized to the
-        tasks (no dashboard, a small object store); the local one's session folder, else None."""
-        address = self.address or os.environ.get("RAY_ADDRESS")
-        on_sigterm = signal.getsignal(signal.SIGTERM)  # the suite's: Ray's driver puts its own in place
-        try:
-            if address:
-                # the nodes' workers take their own node's environment (PYTHONPATH included): the driver's
-                # paths need not exist there, so none of them is passed on
-                self.ray.init(address=address, log_to_driver=False)
-                call.log(f"[ray] joined the cluster at {address}: {self.ray.cluster_resources()}")
-                return None
-            cpus = max(1, min(tasks, os.cpu_count() or 1))
-            context = self.ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                                    object_store_memory=OBJECT_STORE_BYTES, runtime_env={"env_vars": worker_env_vars()},
-                                    **self._temp_root())
-            call.log(f"[ray] started a local cluster: {self.ray.cluster_resources()}")
-            return Path(context.address_info["session_dir"])
-        finally:
-            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, on_sigterm)  # a SIGTERM ends the suite as without --ray (then the cluster)
-
-    def _temp_root(self) -> dict:
-        """`ray.init`'s temporary root where the system's is too long for the cluster's sockets ({} where
-        it fits): a folder of tileloop's own under /tmp, made for this cluster and removed with it."""
-        import tempfile
-
-        if len(tempfile.gettempdir()) <= SOCKET_ROOT_MOST:
-            return {}
-        self.own_root = Path(tempfile.mkdtemp(prefix="tl-ray-", dir="/tmp"))
-        return {"_temp_dir": str(self.own_root)}
-
-    def _stop(self, session: Path | None, out_dir: Path) -> None:
-        """Leave the cluster (a local one stops); a local one's logs kept under the output folder."""
-        self.ray.shutdown()
-        if session is None:
-            return
-        if (session / "logs").is_dir():
-            if (out_dir / LOGS).exists():
-                shutil.rmtree(out_dir / LOGS)
-            shutil.copytree(session / "logs", out_dir / LOGS, symlinks=True)
-        shutil.rmtree(session, ignore_errors=True)
-        if self.own_root is not None:
-            shutil.rmtree(self.own_root, ignore_errors=True)
-
 
 def _identity(root: Path) -> tuple[str, str]:
     """The author git would use in `root` (its configuration or GIT_AUTHOR_*): name, email."""
