@@ -19,7 +19,9 @@ def add_suite(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("paths", nargs="+", help="run: target files; summarize: suite output folders or entry files; simulate: "
                                              "those, or a published results list (--unattended-json's .json)")
     sp.add_argument("--out-dir", default="sandbox/suite", help="run: where entries, reports and plots go (default sandbox/suite)")
-    sp.add_argument("--per-run", type=duration, help="run: wall-clock limit per target (the run is then repaired and marked cut off)")
+    sp.add_argument("--per-run", type=duration, help="run: wall-clock limit per target (the run is then repaired and marked cut off); each run also "
+                    "gets a --time-budget below it (unless the run arguments give one), so that it starts no "
+                    "experiment it is not expected to finish")
     sp.add_argument("--archs", type=arch_list, default=None, help="run: ahead-of-time compile gate architectures passed to each run")
     sp.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="run: passed to each run (cpu: interpreter timings)")
     sp.add_argument("--gpus", type=lambda t: [g.strip() for g in t.split(",") if g.strip()],

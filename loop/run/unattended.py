@@ -14,7 +14,7 @@ from loop.run.levers import analysis_of
 from loop.run.suggest import screen
 from playbook import Candidate
 from playbook.analysis import Analysis
-from playbook.base import ranked, why_nothing
+from playbook.base import experiment, ranked, why_nothing
 
 
 def run_loop(run: Run, max_iters: int | None = None) -> decide.Stop:
@@ -40,7 +40,12 @@ def loop(run: Run, max_iters: int | None) -> decide.Stop:
             break
         src = (run.root / run.state.target).read_text()
         an, _ = analysis_of(run, src)  # with the best version's distance to its roofline: by expected gain per expected second
-        cand = _injected(run, run.state.last_iteration + 1) or propose(run, src, an)
+        cand = _injected(run, run.state.last_iteration + 1)
+        if cand is None:
+            cand, short = propose(run, src, an)
+            if cand is None and short is not None:  # candidates are left, none fits in the time budget
+                stop = decide.stopping("stop", short, run.timing_mode)
+                break
         if cand is None:
             stop = run.stop_state(exhausted=True)
             if stop.state == "stop" and stop.reason.startswith("playbook exhausted"):
@@ -60,11 +65,28 @@ def loop(run: Run, max_iters: int | None) -> decide.Stop:
     return stop
 
 
-def propose(run: Run, src: str, an: Analysis) -> Candidate | None:
-    """The playbook's first candidate in priority order that the run's screen lets through, or None."""
+def propose(run: Run, src: str, an: Analysis) -> tuple[Candidate | None, str | None]:
+    """The playbook's first candidate in priority order that the run's screen lets through and whose
+    experiment is expected to end within the run's time budget (`--time-budget`; a suite's
+    `--per-run` sets one), or None; with None, why, when candidates were left that did not fit (an
+    experiment cut off by a limit has cost its seconds and decided nothing)."""
     seen = screen(run, src)
-    pool = ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
-    return next((c for c in pool if seen.why_not(c) is None), None)
+    pool = [c for c in ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
+            if seen.why_not(c) is None]
+    budget = run.policy.time_budget_s
+    if budget is None or not pool:
+        return (pool[0] if pool else None), None
+    left = budget - run.state.active_s
+    need = {c.key: an.expected_seconds(c.kind, experiment(c, run.state.tried)) for c in pool}
+    fits = next((c for c in pool if need[c.key] <= left), None)
+    if fits is not None:
+        if fits is not pool[0]:
+            run.log(f"next: {pool[0].title} (~{need[pool[0].key]:.0f} s) does not fit in the {left:.0f} s left of "
+                    f"the time budget; {fits.title} (~{need[fits.key]:.0f} s) does")
+        return fits, None
+    shortest = min(need.values())
+    return None, (f"time budget: the shortest experiment left (~{shortest:.0f} s, {len(pool)} candidates) does not "
+                  f"fit in the {left:.0f} s left of {budget:.0f}s")
 
 
 def _injected(run: Run, n: int) -> Candidate | None:

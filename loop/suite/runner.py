@@ -118,6 +118,16 @@ def last_error(log_path: Path, most: int = 300) -> str | None:
     return found[len("error:"):].strip()[:most] if found else None
 
 
+def budget_args(per_run_s: float | None, extra: list[str]) -> list[str]:
+    """`--time-budget` for a run under a `--per-run` limit (unless the suite's run arguments give their
+    own): the limit less the run's start (environment probe, check) and the gaps between experiments,
+    so that the run starts no experiment it is not expected to finish (`loop.run.unattended.propose`)
+    and ends by its own stop rule rather than the limit's kill."""
+    if per_run_s is None or "--time-budget" in extra:
+        return []
+    return ["--time-budget", f"{max(per_run_s - max(30.0, 0.15 * per_run_s), per_run_s / 2):.0f}s"]
+
+
 def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
              env: dict, children: Children, log, resume: bool = False) -> dict:
     """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the
@@ -139,7 +149,8 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
         state = None
     if state is None:
         log(f"[suite] {target}: tileloop run (branch {branch_of(target)})")
-        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", branch_of(target), *extra]
+        cmd = [sys.executable, "-m", "loop", "run", str(path), "--branch", branch_of(target), *extra,
+               *budget_args(per_run_s, extra)]
     else:
         done = finished(state)
         kept = entry_of_finished(out_dir / f"{run_id}.json", state) if done else None
