@@ -17,7 +17,7 @@ from playbook.analysis import Analysis, Experiment
 from playbook.recipe import Candidate, Recipe, inapplicable, registered
 
 __all__ = ["attempt", "current_keys", "experiment", "get", "inapplicable", "next_candidate", "page_path", "page_text",
-           "ranked", "recipes", "why_nothing"]
+           "ranked", "ranked_experiments", "recipes", "why_nothing"]
 
 
 # The recipe modules, in the order the playbook lists their recipes (`tileloop playbook list`,
@@ -71,11 +71,18 @@ def ranked(source: str, analysis: Analysis, tried: Sequence[str], demoted: Seque
     """Every untried candidate in the order `next_candidate` offers them, from one pass over the recipes:
     kinds kept at low gain last, then by tier, then by expected gain per expected second of the
     experiment (`Analysis.rank_key`; the static priority where no headroom is measured)."""
-    pool: list[Candidate] = []
+    return [c for c, _ in ranked_experiments(source, analysis, tried, demoted, skip)]
+
+
+def ranked_experiments(source: str, analysis: Analysis, tried: Sequence[str], demoted: Sequence[str],
+                       skip: Sequence[str] = ()) -> list[tuple[Candidate, Experiment]]:
+    """`ranked`'s candidates in its order, each with the experiment its place was computed from
+    (what the order's reasons cost out: `loop.run.levers.order_payload`)."""
+    pool: list[tuple[Candidate, Experiment]] = []
     for recipe in recipes():
         if recipe.id not in skip and analysis.language in recipe.languages and recipe.applies(analysis):
-            pool.extend(c for c in recipe.candidates(source, analysis) if c.key not in tried)
-    pool.sort(key=lambda c: (c.kind in demoted, c.tier, *analysis.rank_key(c.kind, experiment(c, tried))))
+            pool.extend((c, experiment(c, tried)) for c in recipe.candidates(source, analysis) if c.key not in tried)
+    pool.sort(key=lambda ce: (ce[0].kind in demoted, ce[0].tier, *analysis.rank_key(ce[0].kind, ce[1])))
     return pool
 
 

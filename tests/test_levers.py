@@ -14,7 +14,7 @@ from loop.decide.rules import Policy
 from loop.records.results import BackendResult, Record
 from loop.run import levers
 from playbook.analysis import HINT_GAIN, LEVER_SHARE, REMEASURE_OVER, Experiment, Learned, analyze
-from playbook.base import experiment, ranked
+from playbook.base import experiment, ranked, ranked_experiments
 
 # A user's cuTile element-wise kernel written with small 1-D tiles and no tuning of its own.
 SMALL_TILES = '''
@@ -179,7 +179,7 @@ def test_a_dot_kernel_reads_its_headroom_off_the_devices_matmul_rate():
 def test_far_from_the_matmul_rate_a_dot_kernels_order_is_by_expected_gain():
     where = levers.roofline(_dot_record({(8192, 8192, 8192): 0.27}), "ptx", compute=True)
     an = levers.with_levers(analyze(MATMUL), where, "ptx", None)
-    payload = levers.order_payload(ranked(MATMUL, an, (), ()), an, where)
+    payload = levers.order_payload(ranked_experiments(MATMUL, an, (), ()), an, where)
     assert payload["why"].startswith("by expected gain") and "matmul rate" in payload["why"]
     assert payload["roofline"]["fraction"] == 0.27 and payload["order"][0]["lever"] is True
 
@@ -210,7 +210,9 @@ def test_a_cheap_sweep_of_the_bounding_lever_comes_before_the_exhaustive_autotun
 
 def test_the_order_names_the_expected_seconds_and_the_reason():
     an, pool = _measured(VECTOR_ADD, 0.3)
-    payload = levers.order_payload(pool, an, levers.Roofline(0.3, "0.30 of the same-run clone bandwidth"))
+    costed = ranked_experiments(open(VECTOR_ADD).read(), an, (), ())
+    assert [c for c, _ in costed] == pool and all(cost == experiment(c) for c, cost in costed)
+    payload = levers.order_payload(costed, an, levers.Roofline(0.3, "0.30 of the same-run clone bandwidth"))
     assert payload["why"].startswith("by expected gain per expected second")
     for entry, cand in zip(payload["order"], pool):
         seconds = an.expected_seconds(cand.kind, experiment(cand))
@@ -218,8 +220,19 @@ def test_the_order_names_the_expected_seconds_and_the_reason():
     assert "a sweep of 4 values, then the best alone" in payload["order"][0]["reason"]
     assert any(line.startswith("  1. BLOCK") and "lever: expected to close 70% of the gap" in line
                for line in levers.order_text(payload))
-    static = levers.order_payload(pool, analyze(open(VECTOR_ADD).read()), None)
+    static = levers.order_payload(costed, analyze(open(VECTOR_ADD).read()), None)
     assert all(o["reason"].startswith("static order") and " s (" in o["reason"] for o in static["order"])
+
+
+def test_the_order_costs_each_candidate_by_the_experiment_it_was_ranked_by():
+    """`order_payload` reads each candidate's experiment from the pool it is given (the one `ranked`
+    placed it by), not from a second reckoning of its own."""
+    an, pool = _measured(VECTOR_ADD, 0.3)
+    first = pool[0]
+    given = Experiment(7, swept=True)
+    assert given != experiment(first)
+    [entry] = levers.order_payload([(first, given)], an, levers.Roofline(0.3, "0.30"))["order"]
+    assert entry["reason"] == an.order_reason(first.kind, given) and "a sweep of 7 values" in entry["reason"]
 
 
 def test_the_autotune_comes_first_when_it_is_the_only_lever():

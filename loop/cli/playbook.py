@@ -22,7 +22,7 @@ from loop.run.experiment import open_run
 from loop.run.init import in_progress
 from loop.records.perf_table import markdown_table
 from playbook.analysis import Analysis, analyze
-from playbook.base import attempt, inapplicable, page_text, ranked
+from playbook.base import attempt, inapplicable, page_text, ranked_experiments
 from playbook.cst.entry import entry_beside
 
 
@@ -127,7 +127,7 @@ def _plan(args, settings) -> int:
                 why, f"does not recognise its pattern in {target}")})
     where = _measured_roofline(args, target, settings, not levers.memory_bound(an))
     an = levers.with_levers(an, where, args.backend or "", args.arch)
-    order = levers.order_payload(ranked(src, an, (), ()), an, where)
+    order = levers.order_payload(ranked_experiments(src, an, (), ()), an, where)
     payload = {"target": target, "language": an.language, "kernel_class": an.kernel_class, "entry": list(an.entry),
                "forward_kernels": sorted(an.forward) if an.forward is not None else None,
                "applicable": applicable, "not_applicable": not_applicable, "plan": order}

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Collection
+from typing import Sequence
 
 from loop.records import experience, gitops
 from loop.records.results import Record
-from playbook.analysis import Analysis, Learned, analyze
-from playbook.base import experiment, ranked
+from playbook import Candidate
+from playbook.analysis import Analysis, Experiment, Learned, analyze
+from playbook.base import ranked_experiments
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,11 @@ def with_levers(analysis: Analysis, where: Roofline | None, backend: str, arch: 
     return replace(analysis, headroom=where.fraction, learned=learned(analysis.kernel_class, backend, arch))
 
 
-def order_payload(pool, analysis: Analysis, where: Roofline | None, limit: int = 8,
-                  tried: Collection[str] = ()) -> dict:
-    """The order `next_candidate` will offer (its first `limit` candidates of `pool`, ranked with the
-    run's `tried` keys) and why, with each one's expected seconds: for `init`'s output and
-    `playbook plan --json`."""
+def order_payload(pool: Sequence[tuple[Candidate, Experiment]], analysis: Analysis, where: Roofline | None,
+                  limit: int = 8) -> dict:
+    """The order `next_candidate` will offer (the first `limit` candidates of `pool`, each with the
+    experiment its place was ranked by: `playbook.base.ranked_experiments`) and why, with each one's
+    expected seconds: for `init`'s output and `playbook plan --json`."""
     if where is None:
         why = (f"static order of the playbook for a {analysis.language} {analysis.kernel_class} kernel: no measured "
                "distance to the roofline (a CPU run, a dot kernel, or no run yet)")
@@ -105,8 +106,8 @@ def order_payload(pool, analysis: Analysis, where: Roofline | None, limit: int =
                "each divided by the seconds its experiment is expected to take (its configs or sweep values, each "
                "compiled and timed at every key)")
     order = [{"rank": i + 1, "recipe": c.recipe, "kind": c.kind, "key": c.key, "optimization": c.title,
-              "lever": analysis.is_lever(c.kind), "reason": analysis.order_reason(c.kind, experiment(c, tried))}
-             for i, c in enumerate(pool[:limit])]
+              "lever": analysis.is_lever(c.kind), "reason": analysis.order_reason(c.kind, cost)}
+             for i, (c, cost) in enumerate(pool[:limit])]
     return {"roofline": where.to_json() if where else None, "why": why, "order": order}
 
 
@@ -142,5 +143,5 @@ def run_order(run, limit: int = 8) -> dict:
     """The order the run's next candidates come in, and why (`init`, `status`)."""
     src = gitops.show_file(run.root, run.state.best_commit, run.state.target)
     an, where = analysis_of(run, src)
-    pool = ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
-    return order_payload(pool, an, where, limit, run.state.tried)
+    pool = ranked_experiments(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
+    return order_payload(pool, an, where, limit)
