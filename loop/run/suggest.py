@@ -70,7 +70,10 @@ def screen(run: Run, incumbent_src: str) -> Screen:
 
 def incumbent_coverage(run: Run) -> tuple[list[str] | None, list[str] | None]:
     """(kernels launched, host functions called) by the checks of the best version's last
-    measurement, from its worker result; (None, None) where there is none (an external harness)."""
+    measurement, from its worker result; (None, None) where there is none (an external harness).
+    The record does not carry them, and the judge's result in memory (`Iteration.raw`) ends with its
+    iteration; the best version was often measured by an earlier process (`step --recipe`, a
+    step after a revert, a resumed run): its judge's result file is the one source of them."""
     rec = best_record(run)
     if rec is None or run.state.harness:
         return None, None
