@@ -65,9 +65,10 @@ def test_a_small_fake_within_the_band_passes_and_the_band_is_what_the_docstring_
     assert not verdict(4.0, 4.0, cand_claim_scale=0.90)["ok"]
 
 
-def judged(tmp_path: Path, candidate: Path, ahead: bool = False, host=None, device: str = "cpu") -> dict:
+def judged(tmp_path: Path, candidate: Path, ahead: bool = False, host=None, device: str = "cpu",
+           timing: dict | None = None) -> dict:
     """`candidate` judged against vector_add's own code: under the interpreter, or on the GPU (PTX)
-    at one shape of 2^24 elements with the default timing plan."""
+    at one shape of 2^24 elements with the default timing plan (`timing`: another plan)."""
     op = REPO_ROOT / "kernels" / "vector_add"
     tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(op / "vector_add_triton.py", tmp_path / "incumbent.py")
@@ -80,6 +81,8 @@ def judged(tmp_path: Path, candidate: Path, ahead: bool = False, host=None, devi
            "dtypes": ["float32"], "correctness_shapes": [[127], [4097]],
            **({"bench_shapes": [[2048]], "timing": {"min_reps": 6, "max_reps": 8, "budget_s": 0.2}} if device == "cpu"
               else {"bench_shapes": [[1 << 24]]})}
+    if timing is not None:
+        job["timing"] = timing
     started = JudgeAhead(tmp_path, "judged", backends.get(backend), Settings(), tmp_path / "cache", device, 2,
                          host=host) if ahead else None
     return run_worker(tmp_path, job, backends.get(backend), Settings(), tmp_path / "cache", name="judged",
@@ -208,3 +211,112 @@ def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs
     assert method == "cuda_events_l2_flush" and calls == 1 and auditor.used == 4
     assert notes == [f"timed eagerly: the slowest call (best) takes {GRAPH_BELOW_MS * 2:.3f} ms (CUDA graphs below "
                      f"{GRAPH_BELOW_MS} ms)"]
+
+
+def _interleaved(after_candidate: float, after_itself: float, rounds: int = 20, noise: float = 0.03):
+    """The incumbent's claims and predecessors of `rounds` ABBA rounds (`bench.round_order`): its
+    request in an odd round follows the candidate's, in an even one its own; each claim jittered by up
+    to `noise` (a deterministic pattern, so that the test is the same every run)."""
+    from loop.judge.bench import round_order
+    from loop.common.timing import abba
+
+    claims, follows, last = [], [], None
+    for rnd in range(rounds):
+        for lab in abba(round_order(["candidate", "incumbent"], ("incumbent", "candidate")), rnd):
+            if lab == "incumbent":
+                base = after_candidate if last == "candidate" else after_itself
+                claims.append(base * (1 + noise * ((rnd * 7) % 5 - 2) / 2))
+                follows.append(last)
+            last = lab
+    return {"incumbent": claims, "candidate": [1.0] * rounds}, {"incumbent": follows, "candidate": [None] * rounds}
+
+
+def test_the_incumbent_follows_both_the_candidate_and_itself_in_the_rounds():
+    _, follows = _interleaved(1.0, 1.0)
+    assert follows["incumbent"].count("candidate") >= 9 and follows["incumbent"].count("incumbent") >= 9
+
+
+@pytest.mark.parametrize("method", ["cuda_graph", "cuda_events_l2_flush", "interpreter_wallclock"])
+def test_an_incumbent_slowed_right_after_the_candidate_refuses_the_candidate(method):
+    from loop.judge.corroborate import INTERFERENCE_BAND, interference
+
+    pair = ("incumbent", "candidate")
+    band = INTERFERENCE_BAND[method]
+    honest = interference(method, *_interleaved(1.0, 1.0), pair)
+    assert honest["ok"] and honest["n"] >= 9 and abs(honest["slower"] - 1) < band, honest
+    within = interference(method, *_interleaved(1 + band / 2, 1.0), pair)  # a switch's cost, within the band
+    assert within["ok"], within
+    slowed = interference(method, *_interleaved(1 + 3 * band, 1.0), pair)
+    assert not slowed["ok"] and slowed["reason"].startswith("candidate: interferes: the incumbent ran"), slowed
+    assert slowed["lo"] > 1 + band and slowed["after_candidate_ms"] > slowed["after_itself_ms"]
+    # not symmetric: an incumbent slower after itself than after the candidate says nothing against the candidate
+    assert interference(method, *_interleaved(1.0, 1 + 3 * band), pair)["ok"]
+    assert interference(method, *_interleaved(1 + 3 * band, 1.0), None) is None  # no pair, no check
+
+
+def test_too_few_requests_of_each_kind_decide_nothing():
+    from loop.judge.corroborate import INTERFERENCE_PAIRS, interference
+
+    claims, follows = _interleaved(3.0, 1.0, rounds=2 * INTERFERENCE_PAIRS - 2)
+    short = interference("cuda_graph", claims, follows, ("incumbent", "candidate"))
+    assert short["ok"] and short["n"] < INTERFERENCE_PAIRS and "slower" not in short
+
+
+def test_an_interference_is_taken_again_once_and_refused_when_it_stays():
+    from loop.judge.bench import judged_rounds
+
+    def rounds(after_candidate: float):
+        claims, follows = _interleaved(after_candidate, 1.0)
+        n = len(claims["incumbent"])
+        claims["candidate"] = [1.0] * n
+        follows["candidate"] = [None] * n
+        walls = {lab: [c + 0.1 for c in claims[lab]] for lab in claims}
+        empty = {"batch": {lab: [0.1, 0.11, 0.1, 0.12, 0.1] for lab in claims}}
+        return dict(claims), claims, walls, empty, {lab: [] for lab in claims}, follows
+
+    taken = [rounds(2.0), rounds(2.0)]
+    _, verdict, _, notes = judged_rounds(lambda: taken.pop(0), "cuda_graph", ("incumbent", "candidate"))
+    assert not verdict["ok"] and verdict["label"] == "candidate" and verdict["check"] == "interferes", verdict
+    assert "interferes" in verdict["refused_before"] and len(notes) == 1
+    taken = [rounds(2.0), rounds(1.0)]  # noise of one set of rounds: passes in the next
+    _, verdict, _, _ = judged_rounds(lambda: taken.pop(0), "cuda_graph", ("incumbent", "candidate"))
+    assert verdict["ok"] and verdict["interference"]["ok"], verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vector_add", "busy_after_answering"])
+def test_under_the_interpreter_neither_an_a_a_pair_nor_work_left_after_answering_interferes(tmp_path, env, name):
+    """On the CPU the busy thread the candidate leaves after each answer is stopped with its process
+    tree until its next request (`kernel_process`): it slows only the candidate, and the
+    interference check (with pairs enough to decide) refuses neither it nor the incumbent's own code
+    as the candidate (A/A)."""
+    path = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py" if name == "vector_add" else ADVERSARIES / f"{name}.py"
+    raw = judged(tmp_path, path, timing={"min_reps": 12, "max_reps": 12, "budget_s": 0.2})
+    assert raw["status"] == "ok", raw
+    (shape,) = raw["timing"]["shapes"]
+    slowed = shape["corroboration"]["interference"]
+    assert slowed["ok"] and slowed["n"] >= 3 and slowed["slower"] > 0, slowed
+    inc, cand = (shape["impls"][k]["median_ms"] for k in ("incumbent", "candidate"))
+    assert inc < 1.5 * cand, (inc, cand)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, status", [("vector_add", "ok"), ("busy_after_answering", "uncorroborated")])
+def test_on_a_gpu_a_spinner_left_on_a_stream_of_its_own_is_refused_and_an_a_a_pair_is_not(tmp_path, env, name, status):
+    """A kernel left spinning on the candidate's own stream runs on while its process is stopped:
+    the incumbent's requests right after the candidate's are slower than after its own, and the
+    candidate is refused (`interferes`); the incumbent's own code as the candidate (A/A) is not."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    path = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py" if name == "vector_add" else ADVERSARIES / f"{name}.py"
+    raw = judged(tmp_path, path, device="cuda")
+    assert raw["status"] == status, raw
+    (shape,) = raw["timing"]["shapes"]
+    slowed = shape["corroboration"]["interference"]
+    if status == "ok":
+        assert slowed["ok"] and slowed["n"] >= 3, slowed
+    else:
+        assert raw["failed_impl"] == "candidate" and "interferes" in raw["message"], raw
+        assert shape["corroboration"]["check"] == "interferes" and not slowed["ok"], shape["corroboration"]

@@ -19,7 +19,8 @@ def rounds(claim: dict[str, float], wall: dict[str, float], tag: str):
     empties = {"batch": {lab: list(EMPTY) for lab in LABELS}}
     audits = {lab: [{"ok": True, "sample_ms": claim[lab], "claim_ms": claim[lab], "wall_ms": wall[lab] + 0.10, "tag": tag}]
               for lab in LABELS}
-    return samples, claims, walls, empties, audits
+    follows = {lab: [None] * 5 for lab in LABELS}  # no order: the interference check decides nothing here
+    return samples, claims, walls, empties, audits, follows
 
 
 HONEST = rounds({"incumbent": 2.0, "candidate": 1.0}, {"incumbent": 2.0, "candidate": 1.0}, "honest")

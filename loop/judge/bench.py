@@ -2,7 +2,8 @@
 shared with every kernel process), has each implementation's process warm up and take one sample
 at a time, interleaved ABBA by the judge, audits a few timed requests at random (fresh inputs,
 poisoned outputs, what the timed calls wrote compared with its own reference: `audit`), and checks
-the claims against its own clock and the audited samples (`corroborate`)."""
+the claims against its own clock and the audited samples, and the incumbent's requests right after
+the candidate's against those right after its own (`corroborate`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from loop.common.outputs import as_outputs
 from loop.judge import audit, choose_forms, corroborate
 from loop.judge.audit import Auditor
 from loop.judge.bridge import Bridge
-from loop.judge.kernel_process import KernelProcess, ask_all, require_launches, sample_times, time_of
+from loop.judge.kernel_process import KernelProcess, ask_all, last_asked, require_launches, sample_times, time_of
 
 
 class Bench:
@@ -30,6 +31,7 @@ class Bench:
                  pair: tuple[str, str] | None):
         self.torch, self.harness, self.bridge, self.kernels, self.job = torch, harness, bridge, kernels, job
         self.labels, self.pair = list(kernels), pair
+        self.order = round_order(self.labels, pair)
         self.targets = set(job.labels())  # their timed calls must launch their kernels
 
     def ask(self, label: str, message: dict) -> dict:
@@ -127,19 +129,22 @@ class Bench:
         return "cuda_events_l2_flush", 1, notes
 
     def rounds(self, plan: timing.TimingPlan, method: str, calls: int, prepared: dict,
-               auditor: Auditor) -> tuple[dict, dict, dict, dict, dict]:
+               auditor: Auditor) -> tuple[dict, dict, dict, dict, dict, dict]:
         """Samples of every implementation, interleaved ABBA a request at a time (a request takes a few
         samples back to back, BATCH_MS of work, so that the round trip is small beside it), each request
         also timed on the judge's clock; a few audited requests per implementation at rounds picked at
         random (each followed by its wake-up probe, `Auditor._wake`: the row's `wake_ms`); and each
         process's empty requests before and after the rounds (its overhead and
-        jitter, for requests of the rounds' size). Returns (samples, claimed and wall time per
-        request, empties, audits)."""
+        jitter, for requests of the rounds' size). The order is `round_order`'s, so that the
+        incumbent's requests come right after the candidate's in some rounds and right after its own
+        in the others. Returns (samples, claimed and wall time per request, empties, audits, and per
+        request the label of the request sent just before it: `follows`)."""
         samples: dict[str, list[float]] = {lab: [] for lab in self.labels}
         claims: dict[str, list[float]] = {lab: [] for lab in self.labels}
         walls: dict[str, list[float]] = {lab: [] for lab in self.labels}
         empties: dict[str, dict[str, list[float]]] = {"batch": {lab: [] for lab in self.labels}}
         audits: dict[str, list[dict]] = {lab: [] for lab in self.labels}
+        follows: dict[str, list[str | None]] = {lab: [] for lab in self.labels}
         sample_ms = max(time_of(prepared[lab], "call_ms", lab) for lab in self.labels) * calls
         batch = 1 if method == "interpreter_wallclock" else int(min(corroborate.MAX_BATCH, max(
             1, corroborate.BATCH_MS // max(sample_ms, 1e-3))))
@@ -156,8 +161,9 @@ class Bench:
         rnd = 0
         while more(rnd * batch):
             if method == "interpreter_wallclock":  # every sample audited (cheap at the interpreter's shapes)
-                for lab in timing.abba(self.labels, rnd):
+                for lab in timing.abba(self.order, rnd):
                     auditor.stage(lab)
+                    follows[lab].append(self._label_of(last_asked()))
                     row = auditor.audit(lab)
                     audits[lab].append(row)
                     samples[lab].append(row["sample_ms"])
@@ -168,7 +174,8 @@ class Bench:
                 continue
             for lab in audited.get(rnd, []):
                 auditor.stage(lab)
-            for lab in timing.abba(self.labels, rnd):
+            for lab in timing.abba(self.order, rnd):
+                follows[lab].append(self._label_of(last_asked()))
                 started = time.perf_counter()
                 got = self.ask(lab, {"op": "sample", "first": rnd * batch, "n": batch})
                 walls[lab].append((self.kernels[lab].answered_at - started) * 1e3)  # not the judge's look for strays after it
@@ -181,7 +188,11 @@ class Bench:
                 audits[lab].append(auditor.audit(lab, batch))
             rnd += 1
         self._empty(empties, batch)
-        return samples, claims, walls, empties, audits
+        return samples, claims, walls, empties, audits, follows
+
+    def _label_of(self, kernel: KernelProcess | None) -> str | None:
+        """The label of one of this measurement's kernel processes, None for none of them."""
+        return next((lab for lab, k in self.kernels.items() if k is kernel), None)
 
     def _empty(self, empties: dict[str, dict[str, list[float]]], batch: int, labels: list[str] | None = None,
                times: int = corroborate.EMPTY_REQUESTS) -> None:
@@ -204,9 +215,22 @@ class Bench:
 TIMING_RETRIES = 1
 
 
-def judged_rounds(take: Callable[[], tuple[dict, dict, dict, dict, dict]], method: str,
+def round_order(labels: list[str], pair: tuple[str, str] | None) -> list[str]:
+    """The order of a round's requests (reversed every other round: `timing.abba`): the incumbent of
+    a pair first, the others as given. ABBA with the incumbent at an end repeats it across every
+    other round's boundary (incumbent, candidate | candidate, incumbent | incumbent, ...), so that
+    some of its requests come right after the candidate's and as many right after its own, which
+    `corroborate.interference` compares; in the middle of three or more it would never follow itself."""
+    if pair is None or pair[0] not in labels:
+        return list(labels)
+    return [pair[0]] + [lab for lab in labels if lab != pair[0]]
+
+
+def judged_rounds(take: Callable[[], tuple[dict, dict, dict, dict, dict, dict]], method: str,
                   pair: tuple[str, str] | None) -> tuple[dict, dict, dict[str, list[dict]], list[str]]:
-    """Rounds from `take()` (`Bench.rounds`' tuple) and their verdict, taken again up to
+    """Rounds from `take()` (`Bench.rounds`' tuple) and their verdict (`corroborate`: the claims
+    against the judge's clock, the incumbent's requests after the candidate's against those after its
+    own, then the audited requests), taken again up to
     TIMING_RETRIES times while refused. Returns the samples and verdict of the last rounds (with
     `refused_before`, the earlier refusal, when there was one), the audited outputs of every round
     taken (all of them compared) and a note per retry."""
@@ -214,12 +238,19 @@ def judged_rounds(take: Callable[[], tuple[dict, dict, dict, dict, dict]], metho
     notes: list[str] = []
     refused = None
     for attempt in range(1 + TIMING_RETRIES):
-        samples, claims, walls, empties, audits = take()
+        samples, claims, walls, empties, audits, follows = take()
         for lab, rows in audits.items():
             written[lab] = written.get(lab, []) + rows
         verdict = corroborate.judge_timing(method, claims, walls, empties["batch"], pair)
-        if verdict["ok"]:
+        slowed = corroborate.interference(method, claims, follows, pair)
+        if slowed is not None and not slowed["ok"]:
+            # first: an incumbent slowed by the candidate's leftover work fails the other checks too (its
+            # audited requests, after the candidate's, slower than its others), and that is the candidate's doing
+            verdict = {**verdict, "ok": False, "label": slowed["label"], "check": "interferes", "reason": slowed["reason"]}
+        elif verdict["ok"]:
             verdict = corroborate.judge_audits(verdict, audits, empties["batch"], samples)
+        if slowed is not None:
+            verdict = {**verdict, "interference": slowed}
         if refused is not None:
             verdict = {**verdict, "refused_before": refused}
         if verdict["ok"] or attempt == TIMING_RETRIES:  # passed, or the last refusal stands

@@ -17,7 +17,9 @@ A claim is refused when
 
 A claim of more time than the work took only harms the claimant (the incumbent runs in a process of
 its own, out of the candidate's reach), so beyond the per-sample bound only claims of less time are
-refused. The bands (TOLERANCES) leave room for honest noise (the round trip of a pipe, launch
+refused. Nor may the candidate slow the incumbent: the incumbent's requests right after one of the
+candidate's are compared with its requests right after one of its own (`interference`), which work
+the candidate left running (a GPU stream, a thread, a helper) would make slower. The bands (TOLERANCES) leave room for honest noise (the round trip of a pipe, launch
 latency): a candidate's claimed speedup may exceed its wall-time speedup by at most 5% on CUDA
 graphs, 10% eagerly, 15% under the interpreter. A faked gain smaller than its band is not caught.
 """
@@ -25,6 +27,8 @@ graphs, 10% eagerly, 15% under the interpreter. A faked gain smaller than its ba
 from __future__ import annotations
 
 import statistics
+
+from loop.common.stats import paired
 
 # timing method -> (an implementation's median claim below its median wall time; claimed over wall speedup)
 TOLERANCES = {
@@ -225,3 +229,50 @@ def beyond_copy(gbps: dict[str, float | None], clone_gbps: float | None, limit: 
                     f"judge measured ({clone_gbps:.0f} GB/s): the timed calls cannot have done the work (or the spec's "
                     "bytes_moved counts more than the kernel moves)")
     return None
+
+
+# How much slower the incumbent's requests right after the candidate's may be than its requests right
+# after its own (the low end of their paired interval, per method): the claimed-over-wall speedup band
+# of TOLERANCES, the most of a speedup the judge already lets through unexplained, since slowing the
+# incumbent is one more way to a speedup the candidate did not earn. Honest pairs differ by what a
+# switch between two processes costs (a GPU context switch, caches the other process filled), far
+# below these.
+INTERFERENCE_BAND = {method: bands[1] for method, bands in TOLERANCES.items()}
+INTERFERENCE_Z = 2.576  # as sure of the slowdown as the decision (loop.decide.rules.Policy.z) is of a kept speedup
+INTERFERENCE_PAIRS = 3  # fewer pairs of requests than this (a short run) decide nothing
+
+
+def interference(method: str, claimed: dict[str, list[float]], follows: dict[str, list[str | None]] | None,
+                 pair: tuple[str, str] | None) -> dict | None:
+    """Whether the candidate slowed the incumbent: None without a pair (or without the order of the
+    requests), else {ok, reason, n, after_candidate_ms, after_itself_ms, slower, lo, hi, band}.
+    `label` (the candidate) when refused. `claimed`: label -> each request's claimed time (ms), `follows`: label -> the label of the
+    request sent just before each of them (None for none, or one outside the pair). The incumbent's
+    requests right after one of the candidate's and right after one of its own are paired in order
+    (the rounds interleave them, so each pair is close in time) and compared as the decision compares
+    two implementations (`loop.common.stats.paired`); when the low end of the interval of how much
+    slower the first are than the second exceeds INTERFERENCE_BAND the candidate is refused: the
+    work it leaves running after its answers (a kernel on its own GPU stream, which no stopped
+    process tree stops; a thread or helper, where its tree is not stopped) slowed the incumbent it
+    is timed against. Not symmetric: a slow incumbent cannot help the candidate."""
+    if pair is None or follows is None:
+        return None
+    inc, cand = pair
+    order = list(zip(claimed.get(inc, []), follows.get(inc, [])))
+    after_cand = [c for c, before in order if before == cand]
+    after_self = [c for c, before in order if before == inc]
+    n = min(len(after_cand), len(after_self))
+    band = INTERFERENCE_BAND[method]
+    detail = {"ok": True, "reason": "", "n": n, "band": band}
+    if n < INTERFERENCE_PAIRS or min(after_cand[:n] + after_self[:n]) <= 0:
+        return detail
+    compared = paired((), after_cand[:n], after_self[:n], INTERFERENCE_Z, 0.0)
+    detail.update(after_candidate_ms=round(statistics.median(after_cand[:n]), 5),
+                  after_itself_ms=round(statistics.median(after_self[:n]), 5), slower=round(compared.speedup, 4),
+                  lo=round(compared.lo, 4), hi=round(compared.hi, 4))
+    if compared.lo > 1 + band:
+        detail.update(ok=False, label=cand, reason=f"{cand}: interferes: the {inc} ran {compared.speedup - 1:.0%} slower right after "
+                      f"the {cand}'s requests than after its own ({n} pairs of requests, interval "
+                      f"{compared.lo:.3f}-{compared.hi:.3f}x, band {band:.0%}): work the {cand} left running after "
+                      "answering (a GPU stream, a thread, a helper) slowed what it is timed against")
+    return detail

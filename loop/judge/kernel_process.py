@@ -29,6 +29,7 @@ from loop.judge.fork import parents, start_kernel
 
 IDLE_CPU_S = 0.05  # CPU seconds a stopped tree may show (a signal is not instant; clock ticks are 10 ms)
 _LIVE: list["KernelProcess"] = []  # this judge's kernel processes, to stop all but the one asked
+_ASKED: list["KernelProcess"] = []  # the kernel process whose request was sent last (`last_asked`)
 
 
 class KernelSideError(Exception):
@@ -86,6 +87,7 @@ class KernelProcess:
 
     def send(self, message: dict, label: str) -> None:
         self.resume(label)
+        _ASKED[:] = [self]
         self.sent_at = time.perf_counter()
         try:
             self.channel.send(message)
@@ -194,6 +196,15 @@ class KernelProcess:
         self.pid_file.unlink(missing_ok=True)
         if self in _LIVE:
             _LIVE.remove(self)
+        if self in _ASKED:
+            _ASKED.clear()
+
+
+def last_asked() -> KernelProcess | None:
+    """The kernel process this judge sent its latest request to (any request: a sample, an audit, an
+    empty one, a load), None before the first: what ran on the machine just before the next request,
+    whose timing may show what that process left running (`corroborate.interference`)."""
+    return _ASKED[0] if _ASKED else None
 
 
 def _kernels() -> set[int]:
