@@ -28,14 +28,15 @@ while something is taken in waits until it is in whole.
 No task holds the suite up for good: one that has not said it began (`Started`) in time, or
 still runs long past `--per-run` (`ray_deadlines`), is cancelled, and its entry says why in one
 line (for one that never began, the last line of a traceback in the local cluster's worker logs,
-such as a worker that could not import Ray); the suite goes on with the others. What of its run came back stays, as for a failed task: `suite run --ray --resume` goes on
-from its last checkpoint, or starts it anew.
+such as a worker that could not import Ray); the suite goes on with the others. What of its run
+came back stays, as for a failed task: `suite run --ray --resume` goes on from its last
+checkpoint, or starts it anew.
 
 With no ADDRESS (and no RAY_ADDRESS), tileloop starts a local cluster sized to the targets and
-stops it at the end, its logs kept in `<out-dir>/ray-logs/` (`ray_cluster`); with one, it joins that cluster,
-whose nodes need this tileloop installed (and the settings, TILELOOP_*, set as they should be:
-a task's runs take the environment of the node's Ray worker). A local cluster's workers import
-this tileloop, and Ray and the rest from the driver's own PYTHONPATH after it."""
+stops it at the end, its logs kept in `<out-dir>/ray-logs/`; with one, it joins that cluster
+(`ray_cluster`), whose nodes need this tileloop installed (and the settings, TILELOOP_*, set as
+they should be: a task's runs take the environment of the node's Ray worker). A local cluster's
+workers import this tileloop, and Ray and the rest from the driver's own PYTHONPATH after it."""
 
 from __future__ import annotations
 
