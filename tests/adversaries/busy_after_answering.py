@@ -1,8 +1,8 @@
 """The incumbent's own code, unchanged, and work left running after every answer to slow whatever
-the judge asks next: each answer its kernel process sends is preceded by a busy thread that spins on
-the CPU for as long as the request took, and, with a GPU, by a spin kernel as long on a stream of
-its own (it keeps the GPU busy while the process waits, stopped or not, for its next request). The
-incumbent asked right after it runs slower; asked after its own request, it does not."""
+the judge asks next: each answer its kernel process sends is preceded by a spin kernel, as long as
+the request took, on a GPU stream of its own (it keeps the GPU busy while the process waits,
+stopped or not, for its next request), or without a GPU by a busy thread that spins on the CPU as
+long. The incumbent asked right after it runs slower; asked after its own request, it does not."""
 
 import sys
 import threading
@@ -43,24 +43,29 @@ def _spin_cpu(ms: float) -> None:
         pass
 
 
-def _spin_gpu(ms: float) -> None:
+def _spin_gpu(ms: float) -> bool:
+    """A kernel spinning for about `ms` queued on a stream of its own; False where there is no GPU."""
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
-        return
+        return False
     if not _side:
         _side.append(torch.cuda.Stream())
     with torch.cuda.stream(_side[0]):
         torch.cuda._sleep(int(ms * CYCLES_PER_MS))
+    return True
 
 
 def _leave_work(ms: float) -> None:
+    """A GPU spinner where there is a GPU (the kernel process's own thread left free, so that its
+    own requests are not slowed), else a busy thread (the interpreter's CPU)."""
     ms = min(ms, LONGEST_MS)
-    threading.Thread(target=_spin_cpu, args=(ms,), daemon=True).start()
     try:
-        _spin_gpu(ms)
+        if _spin_gpu(ms):
+            return
     except Exception:  # noqa: BLE001 - no GPU to keep busy
         pass
+    threading.Thread(target=_spin_cpu, args=(ms,), daemon=True).start()
 
 
 def _wrap(channel) -> None:
