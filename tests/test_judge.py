@@ -213,6 +213,9 @@ def test_a_slow_torch_baseline_does_not_push_the_implementations_off_cuda_graphs
                      f"{GRAPH_BELOW_MS} ms)"]
 
 
+VECTOR_ADD = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py"
+
+
 def _interleaved(after_candidate: float, after_itself: float, rounds: int = 20, noise: float = 0.03):
     """The incumbent's claims and predecessors of `rounds` ABBA rounds (`bench.round_order`): its
     request in an odd round follows the candidate's, in an even one its own; each claim jittered by up
@@ -290,7 +293,7 @@ def test_under_the_interpreter_neither_an_a_a_pair_nor_work_left_after_answering
     tree until its next request (`kernel_process`): it slows only the candidate, and the
     interference check (with pairs enough to decide) refuses neither it nor the incumbent's own code
     as the candidate (A/A)."""
-    path = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py" if name == "vector_add" else ADVERSARIES / f"{name}.py"
+    path = VECTOR_ADD if name == "vector_add" else ADVERSARIES / f"{name}.py"
     raw = judged(tmp_path, path, timing={"min_reps": 12, "max_reps": 12, "budget_s": 0.2})
     assert raw["status"] == "ok", raw
     (shape,) = raw["timing"]["shapes"]
@@ -310,7 +313,7 @@ def test_on_a_gpu_a_spinner_left_on_a_stream_of_its_own_is_refused_and_an_a_a_pa
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    path = REPO_ROOT / "kernels" / "vector_add" / "vector_add_triton.py" if name == "vector_add" else ADVERSARIES / f"{name}.py"
+    path = VECTOR_ADD if name == "vector_add" else ADVERSARIES / f"{name}.py"
     raw = judged(tmp_path, path, device="cuda")
     assert raw["status"] == status, raw
     (shape,) = raw["timing"]["shapes"]

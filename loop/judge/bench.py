@@ -246,7 +246,8 @@ def judged_rounds(take: Callable[[], tuple[dict, dict, dict, dict, dict, dict]],
         if slowed is not None and not slowed["ok"]:
             # first: an incumbent slowed by the candidate's leftover work fails the other checks too (its
             # audited requests, after the candidate's, slower than its others), and that is the candidate's doing
-            verdict = {**verdict, "ok": False, "label": slowed["label"], "check": "interferes", "reason": slowed["reason"]}
+            verdict = {**verdict, "ok": False, "label": slowed["label"], "check": "interferes",
+                       "reason": slowed["reason"]}
         elif verdict["ok"]:
             verdict = corroborate.judge_audits(verdict, audits, empties["batch"], samples)
         if slowed is not None:

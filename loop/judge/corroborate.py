@@ -19,8 +19,8 @@ A claim of more time than the work took only harms the claimant (the incumbent r
 its own, out of the candidate's reach), so beyond the per-sample bound only claims of less time are
 refused. Nor may the candidate slow the incumbent: the incumbent's requests right after one of the
 candidate's are compared with its requests right after one of its own (`interference`), which work
-the candidate left running (a GPU stream, a thread, a helper) would make slower. The bands (TOLERANCES) leave room for honest noise (the round trip of a pipe, launch
-latency): a candidate's claimed speedup may exceed its wall-time speedup by at most 5% on CUDA
+the candidate left running (a GPU stream, a thread, a helper) would make slower. The bands
+(TOLERANCES) leave room for honest noise (the round trip of a pipe, launch latency): a candidate's claimed speedup may exceed its wall-time speedup by at most 5% on CUDA
 graphs, 10% eagerly, 15% under the interpreter. A faked gain smaller than its band is not caught.
 """
 
@@ -245,16 +245,17 @@ INTERFERENCE_PAIRS = 3  # fewer pairs of requests than this (a short run) decide
 def interference(method: str, claimed: dict[str, list[float]], follows: dict[str, list[str | None]] | None,
                  pair: tuple[str, str] | None) -> dict | None:
     """Whether the candidate slowed the incumbent: None without a pair (or without the order of the
-    requests), else {ok, reason, n, after_candidate_ms, after_itself_ms, slower, lo, hi, band}.
-    `label` (the candidate) when refused. `claimed`: label -> each request's claimed time (ms), `follows`: label -> the label of the
-    request sent just before each of them (None for none, or one outside the pair). The incumbent's
-    requests right after one of the candidate's and right after one of its own are paired in order
-    (the rounds interleave them, so each pair is close in time) and compared as the decision compares
-    two implementations (`loop.common.stats.paired`); when the low end of the interval of how much
-    slower the first are than the second exceeds INTERFERENCE_BAND the candidate is refused: the
-    work it leaves running after its answers (a kernel on its own GPU stream, which no stopped
-    process tree stops; a thread or helper, where its tree is not stopped) slowed the incumbent it
-    is timed against. Not symmetric: a slow incumbent cannot help the candidate."""
+    requests), else {ok, reason, n, band, and with pairs enough after_candidate_ms, after_itself_ms,
+    slower, lo, hi; `label`, the candidate, when refused}. `claimed`: label -> each request's claimed
+    time (ms); `follows`: label -> the label of the request sent just before each of them (None for
+    none, or one outside the pair). The incumbent's requests right after one of the candidate's and
+    right after one of its own are paired in order (the rounds interleave them, so each pair is close
+    in time) and compared as the decision compares two implementations (`loop.common.stats.paired`);
+    when the low end of the interval of how much slower the first are than the second exceeds
+    INTERFERENCE_BAND the candidate is refused: the work it leaves running after its answers (a
+    kernel on its own GPU stream, which no stopped process tree stops; a thread or helper, where its
+    tree is not stopped) slowed the incumbent it is timed against. Not symmetric: a slow incumbent
+    cannot help the candidate."""
     if pair is None or follows is None:
         return None
     inc, cand = pair
@@ -271,8 +272,8 @@ def interference(method: str, claimed: dict[str, list[float]], follows: dict[str
                   after_itself_ms=round(statistics.median(after_self[:n]), 5), slower=round(compared.speedup, 4),
                   lo=round(compared.lo, 4), hi=round(compared.hi, 4))
     if compared.lo > 1 + band:
-        detail.update(ok=False, label=cand, reason=f"{cand}: interferes: the {inc} ran {compared.speedup - 1:.0%} slower right after "
-                      f"the {cand}'s requests than after its own ({n} pairs of requests, interval "
+        detail.update(ok=False, label=cand, reason=f"{cand}: interferes: the {inc} ran {compared.speedup - 1:.0%} "
+                      f"slower right after the {cand}'s requests than after its own ({n} pairs of requests, interval "
                       f"{compared.lo:.3f}-{compared.hi:.3f}x, band {band:.0%}): work the {cand} left running after "
                       "answering (a GPU stream, a thread, a helper) slowed what it is timed against")
     return detail
