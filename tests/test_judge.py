@@ -304,22 +304,29 @@ def test_under_the_interpreter_neither_an_a_a_pair_nor_work_left_after_answering
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, status", [("vector_add", "ok"), ("busy_after_answering", "uncorroborated")])
-def test_on_a_gpu_a_spinner_left_on_a_stream_of_its_own_is_refused_and_an_a_a_pair_is_not(tmp_path, env, name, status):
-    """A kernel left spinning on the candidate's own stream runs on while its process is stopped:
-    the incumbent's requests right after the candidate's are slower than after its own, and the
-    candidate is refused (`interferes`); the incumbent's own code as the candidate (A/A) is not."""
+@pytest.mark.parametrize("name", ["vector_add", "busy_after_answering"])
+def test_on_a_gpu_work_left_on_a_stream_of_its_own_is_refused_or_slows_nothing(tmp_path, env, name):
+    """A kernel left spinning on the candidate's own stream runs on while its process is stopped.
+    Where it slows the incumbent's next request, the candidate is refused (`interferes`); where the
+    device does not let it (on an H200, a spin as long as the request left the incumbent's CUDA-graph
+    requests after it at 3.648 ms against 3.646 ms after its own), the candidate, the incumbent's own
+    code, is no faster than the incumbent. The incumbent's own code as the candidate (A/A) is never
+    refused."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     path = VECTOR_ADD if name == "vector_add" else ADVERSARIES / f"{name}.py"
     raw = judged(tmp_path, path, device="cuda")
-    assert raw["status"] == status, raw
+    if raw["status"] != "ok":
+        assert name != "vector_add", raw
+        assert raw["status"] == "uncorroborated" and raw["failed_impl"] == "candidate", raw
+        assert "interferes" in raw["message"], raw
+        return
     (shape,) = raw["timing"]["shapes"]
     slowed = shape["corroboration"]["interference"]
-    if status == "ok":
-        assert slowed["ok"] and slowed["n"] >= 3, slowed
-    else:
-        assert raw["failed_impl"] == "candidate" and "interferes" in raw["message"], raw
-        assert shape["corroboration"]["check"] == "interferes" and not slowed["ok"], shape["corroboration"]
+    assert slowed["ok"] and slowed["n"] >= 3, slowed
+    inc, cand = (shape["impls"][k]["median_ms"] for k in ("incumbent", "candidate"))
+    from loop.judge.corroborate import INTERFERENCE_BAND
+
+    assert cand >= inc * (1 - INTERFERENCE_BAND[shape["method"]]), (inc, cand, slowed)

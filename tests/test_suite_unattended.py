@@ -248,7 +248,7 @@ def test_an_experiment_cut_off_counts_at_the_seconds_it_had_run_and_the_median_s
     walls = [20.0, 30.0, 40.0, 10.0, 12.0, 50.0, 5.0, 6.0, 7.0, 8.0] + [99.0, 100.0, 101.0] * 2
     text = path.with_suffix(".md").read_text()
     assert (f"{statistics.median(walls):.1f} s over 16 experiments (needs <= 30 s: not met), from the records' "
-            "per-experiment wall times, 6 of them cut off by --per-run counted at the seconds they had run") in text
+            "per-experiment wall times, 6 of them cut off (by --per-run or a kill of the suite) counted at the seconds they had run") in text
     for p in suite_dir.glob("*.json"):  # one cut off, the median within the target: not shown, never met
         d = json.loads(p.read_text())
         if "op" in d:

@@ -177,7 +177,7 @@ def experiment_seconds(entries: list[dict]) -> tuple[float | None, int, str, int
         walls = [float(w) for e in live for w in e["experiment_wall_s"]] + cut
         basis = "the records' per-experiment wall times"
         if cut:
-            basis += f", {len(cut)} of them cut off by --per-run counted at the seconds they had run (lower bounds)"
+            basis += f", {len(cut)} of them cut off (by --per-run or a kill of the suite) counted at the seconds they had run (lower bounds)"
         return (statistics.median(walls) if walls else None), len(walls), basis, len(cut)
     walls = []
     for e in live:
