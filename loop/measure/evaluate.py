@@ -48,7 +48,8 @@ def timing_of(raw: dict) -> Timing | None:
 
 def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Path,
                       timing: Timing | None = None) -> BackendResult:
-    """A backend's typed result from its judge's result (`timing`: its timing result, where already read)."""
+    """A backend's typed result from its judge's result (`timing`: its timing result, where already read),
+    for the implementation `label` (the candidate, or the baseline): with what its checks launched and called."""
     backend = backend_registry.get(name)
     status = raw.get("status", "runtime_error")
     rel_dir = str(workdir.relative_to(root))
@@ -57,10 +58,11 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
     # a timing the judge refused (uncorroborated) comes from outputs that were checked and right
     correctness = "PASS" if raw.get("correctness", {}).get("passed") and status in ("ok", "uncorroborated") else "FAIL"
     drawn = raw.get("drawn")  # the judge's drawn checks, kept so that a failure can be replayed
+    ran = checks_ran(raw, label)
     if status != "ok":
         msg = raw.get("message", "")
         return BackendResult(name, True, status, msg[:500], correctness=correctness,
-                             timing_label=backend.timing_label, worker_dir=rel_dir, drawn=drawn)
+                             timing_label=backend.timing_label, worker_dir=rel_dir, drawn=drawn, **ran)
     shapes, cand, inc = [], [], []
     for s in (timing or Timing.from_json(raw["timing"])).shapes:
         impls = s.impls
@@ -81,9 +83,17 @@ def to_backend_result(name: str, raw: dict, label: str, workdir: Path, root: Pat
     proof = raw.get("proof")
     if proof and not proof.get("ok"):
         return BackendResult(name, True, "fallback", f"backend proof failed: {proof.get('detail')}", correctness=correctness,
-                             timing_label=backend.timing_label, proof=proof, shapes=shapes, worker_dir=rel_dir, drawn=drawn)
+                             timing_label=backend.timing_label, proof=proof, shapes=shapes, worker_dir=rel_dir, drawn=drawn,
+                             **ran)
     return BackendResult(name, True, "ok", "", geomean(cand), geomean(inc) if inc else None, correctness,
-                         backend.timing_label, proof, shapes, rel_dir, drawn)
+                         backend.timing_label, proof, shapes, rel_dir, drawn, **ran)
+
+
+def checks_ran(raw: dict, label: str) -> dict[str, list[str] | None]:
+    """{launched, called}: the kernels of implementation `label` that its judge's correctness checks
+    launched and the host functions they called; None for each where the judge's result does not say."""
+    seen = raw.get("correctness") or {}
+    return {key: (list(seen[key][label]) if label in (seen.get(key) or {}) else None) for key in ("launched", "called")}
 
 
 def not_run(name: str, availability: dict[str, dict], reason: str) -> BackendResult:

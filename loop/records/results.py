@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +45,10 @@ class BackendResult:
     # the judge's drawn checks ({draws: [{index, shape, dtype, seed, transform, labels, skipped?}], notes, bounds}):
     # a failure replays from its seed, shape, dtype and transform (`loop.judge.drawn`); None before they existed
     drawn: dict | None = None
+    # the target implementation's kernels the correctness checks launched and host functions they called
+    # (`loop.target.coverage`); None where nothing says (no checks ran, an external harness, a record before them)
+    launched: list[str] | None = None
+    called: list[str] | None = None
 
     @property
     def cell(self) -> str:
@@ -58,17 +62,24 @@ class BackendResult:
             return f"not run: {self.reason}" if self.reason else "not run"
         return self.status
 
+    def to_json(self) -> dict:
+        """Its record JSON: `launched` and `called` only where known (a record is written as it was before them)."""
+        d = asdict(self)
+        for key in ("launched", "called"):
+            if d[key] is None:
+                del d[key]
+        return d
+
     @classmethod
     def from_json(cls, d: dict) -> "BackendResult":
         return cls(**d)
 
     def unmeasured(self, why: str) -> "BackendResult":
         """This result with its timing left out: correct, but the change cannot show in these timings
-        (the worker's own result file keeps what it timed)."""
+        (the worker's own result file keeps what it timed); what its checks ran is kept."""
         if self.status != "ok":
             return self
-        return BackendResult(self.name, self.available, "unmeasured", why, None, None, self.correctness, self.timing_label,
-                             self.proof, [], self.worker_dir, self.drawn)
+        return replace(self, status="unmeasured", reason=why, latency_ms=None, incumbent_ms=None, shapes=[])
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,7 @@ class Record:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d["backends"] = {k: asdict(v) for k, v in self.backends.items()}
+        d["backends"] = {k: v.to_json() for k, v in self.backends.items()}
         d.update(change=self.change.to_json() if self.change else {},
                  decision=self.decision.to_json() if self.decision else {},
                  stop=self.stop.to_json() if self.stop else {},

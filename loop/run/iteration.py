@@ -199,10 +199,9 @@ def judgement(run: Run, results: dict[str, BackendResult], raw: dict, sources: t
         return rules.judged_decision(run.policy, outcome)
     outcome = rules.Outcome(target.status, target.reason)
     if target.status == "ok":
-        seen = raw[tb].get("correctness", {})
-        launched, called = seen.get("launched", {}).get("candidate"), seen.get("called", {}).get("candidate")
         outcome = replace(outcome, timing=timing_of(raw[tb]), unmeasurable=unmeasurable,
-                          unexercised=tuple(unexercised(*sources, launched, called)) if launched is not None else ())
+                          unexercised=tuple(unexercised(*sources, target.launched, target.called))
+                          if target.launched is not None else ())
     return rules.judged_decision(run.policy, outcome, remeasured,
                                   guard_failures=guard_failures(results, tb) if target.status == "ok" else ())
 

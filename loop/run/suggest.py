@@ -70,13 +70,21 @@ def screen(run: Run, incumbent_src: str) -> Screen:
 
 def incumbent_coverage(run: Run) -> tuple[list[str] | None, list[str] | None]:
     """(kernels launched, host functions called) by the checks of the best version's last
-    measurement, from its worker result; (None, None) where there is none (an external harness).
-    The record does not carry them, and the judge's result in memory (`Iteration.raw`) ends with its
-    iteration; the best version was often measured by an earlier process (`step --recipe`, a
-    step after a revert, a resumed run): its judge's result file is the one source of them."""
+    measurement, from its record's target-backend result; (None, None) where there is none (an
+    external harness). A record written before results carried them: from its judge's result file
+    (`worker-<backend>.result.json` beside its logs), the one place such a run kept them."""
     rec = best_record(run)
     if rec is None or run.state.harness:
         return None, None
+    result = rec.backends.get(run.state.target_backend)
+    if result is not None and result.launched is not None:
+        return result.launched, result.called
+    return _coverage_on_disk(run, rec)
+
+
+def _coverage_on_disk(run: Run, rec: Record) -> tuple[list[str] | None, list[str] | None]:
+    """What `incumbent_coverage` returns, read from the judge's result file of `rec`'s measurement
+    (for records written before `BackendResult.launched`); (None, None) where it is gone."""
     path = run.iter_dir(rec.iteration) / f"worker-{run.state.target_backend}.result.json"
     try:
         seen = json.loads(path.read_text()).get("correctness", {})
