@@ -115,9 +115,11 @@ def two_kernels(source: str) -> str:
     return source + TWO_KERNELS
 
 
-def make_run(root: Path, source: str | None = None, coverage: tuple[list, list] | None = None) -> st.RunState:
+def make_run(root: Path, source: str | None = None, coverage: tuple[list, list] | None = None,
+             recorded: bool = False) -> st.RunState:
     """A run on the repository's HEAD as `init` leaves it, with its baseline recorded but not measured
-    (latency null); `coverage`: what the baseline's checks launched and called, as the worker writes it."""
+    (latency null); `coverage`: what the baseline's checks launched and called, in its judge's result
+    file as a run before `BackendResult.launched` kept it, or in its record (`recorded`) alone."""
     if source is not None:
         (root / TARGET).write_text(source)
         git(root, "commit", "-qam", "another version")
@@ -132,11 +134,13 @@ def make_run(root: Path, source: str | None = None, coverage: tuple[list, list] 
     gitops.ensure_excluded(root, "/sandbox/")
     baseline = Record(run=RUN, iteration=0, optimization="baseline", status="keep", correctness="PASS", latency_ms=None,
                       target_backend="interpreter",
-                      backends={"interpreter": BackendResult("interpreter", True, "ok", timing_label="interpreter")},
+                      backends={"interpreter": BackendResult("interpreter", True, "ok", timing_label="interpreter",
+                                                             **({"launched": coverage[0], "called": coverage[1]}
+                                                                if recorded and coverage else {}))},
                       commit=head, parent=None, decision=Decision(None, "baseline", "iteration 0: the code as given"),
                       source_hash=source_hash((root / TARGET).read_text()))
     append_record(st.run_dir(root, RUN) / "results.jsonl", baseline)
-    if coverage is not None:
+    if coverage is not None and not recorded:
         result = st.run_dir(root, RUN) / "logs" / "iter-000" / "worker-interpreter.result.json"
         result.parent.mkdir(parents=True)
         result.write_text(json.dumps({"status": "ok", "correctness": {"passed": True, "launched": {"baseline": coverage[0]},
@@ -274,6 +278,16 @@ def test_suggestions_skip_a_change_no_checked_shape_runs(kernel_repo, capsys):
     # the same run without a record of what its checks ran: the candidate is offered
     (st.run_dir(kernel_repo, RUN) / "logs" / "iter-000" / "worker-interpreter.result.json").unlink()
     assert "eviction-policy:evict_first" in keys(suggest.suggestions(open_run(None, settings), limit=20))
+
+
+def test_suggestions_read_what_the_checks_ran_from_the_best_record(kernel_repo, capsys):
+    source = two_kernels((kernel_repo / TARGET).read_text())
+    make_run(kernel_repo, source, coverage=(["add_kernel"], ["run"]), recorded=True)
+    assert not (st.run_dir(kernel_repo, RUN) / "logs").exists()  # no judge's result file: the record alone says
+    settings = settings_mod.load()
+    assert "eviction-policy:evict_first" not in keys(suggest.suggestions(open_run(None, settings), limit=20))
+    code, payload = call(capsys, ["step", "--recipe", "eviction-policy"])
+    assert code == 2 and "sub_kernel, which no checked shape runs" in payload["error"], payload
 
 
 @pytest.mark.parametrize("argv, error", [
