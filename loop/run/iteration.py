@@ -242,4 +242,4 @@ def voided(b: BackendResult, why: str) -> BackendResult:
     if b.status in ("unavailable", "not_run"):
         return b
     return replace(b, status="unmeasured", reason=why[:500], latency_ms=None, incumbent_ms=None, correctness=None,
-                   shapes=[])
+                   shapes=[], launched=None, called=None)
