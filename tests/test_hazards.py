@@ -301,7 +301,8 @@ def test_tensor_of_pointer_through_tuple_unpacking():
 
 def test_binding_in_a_nested_block_read_before_it_in_walk_order():
     """`ast.walk` meets `p = row` (top level) before `row = ...` (in the branch)."""
-    branch = "if n > BLOCK:\n        row = x_ptr + BLOCK\n    else:\n        row = x_ptr + 0\n    p = row\n    z = tl.load(p)"
+    branch = ("if n > BLOCK:\n        row = x_ptr + BLOCK\n    else:\n        row = x_ptr + 0\n"
+              "    p = row\n    z = tl.load(p)")
     assert summary(scan(triton_with(branch), "triton")) == [(DEF_LINE, "info", "tensor-of-pointer")]
 
 
