@@ -12,6 +12,7 @@ from loop.run import unattended
 from loop.suite.runner import budget_args
 from playbook import Candidate
 from playbook.analysis import Experiment
+from playbook.base import experiment
 
 
 class Analysis:
@@ -35,7 +36,7 @@ def fake_run(budget: float | None, active: float) -> tuple[SimpleNamespace, list
 @pytest.fixture
 def pool(monkeypatch):
     order = [cand("autotune", configs=12), cand("hint")]  # ~78 s, then ~12 s
-    monkeypatch.setattr(unattended, "ranked", lambda *a: list(order))
+    monkeypatch.setattr(unattended, "ranked_experiments", lambda *a: [(c, experiment(c)) for c in order])
     monkeypatch.setattr(unattended, "screen", lambda run, src: SimpleNamespace(why_not=lambda c: None))
     return order
 

@@ -14,7 +14,7 @@ from loop.run.levers import analysis_of
 from loop.run.suggest import screen
 from playbook import Candidate
 from playbook.analysis import Analysis
-from playbook.base import experiment, ranked, why_nothing
+from playbook.base import ranked_experiments, why_nothing
 
 
 def run_loop(run: Run, max_iters: int | None = None) -> decide.Stop:
@@ -71,13 +71,14 @@ def propose(run: Run, src: str, an: Analysis) -> tuple[Candidate | None, str | N
     `--per-run` sets one), or None; with None, why, when candidates were left that did not fit (an
     experiment cut off by a limit has cost its seconds and decided nothing)."""
     seen = screen(run, src)
-    pool = [c for c in ranked(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
-            if seen.why_not(c) is None]
+    ranked = [(c, e) for c, e in ranked_experiments(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
+              if seen.why_not(c) is None]
+    pool = [c for c, _ in ranked]
     budget = run.policy.time_budget_s
     if budget is None or not pool:
         return (pool[0] if pool else None), None
     left = budget - run.state.active_s
-    need = {c.key: an.expected_seconds(c.kind, experiment(c, run.state.tried)) for c in pool}
+    need = {c.key: an.expected_seconds(c.kind, e) for c, e in ranked}
     fits = next((c for c in pool if need[c.key] <= left), None)
     if fits is not None:
         if fits is not pool[0]:
