@@ -270,3 +270,21 @@ def test_bad_unattended_arguments_are_refused(suite_dir, tmp_path, capsys):
     assert "needs a .json path" in capsys.readouterr().err
     assert main(["suite", "summarize", str(suite_dir), "--command", "x"]) == 2
     assert "--command goes with --unattended-json" in capsys.readouterr().err
+
+
+def test_every_fraction_of_the_clone_above_one_is_explained_on_the_page(tmp_path):
+    """A best version above 1.0 of the same-run clone bandwidth gets the final measurement's note on why
+    (the clone short of the device's copy rate, here); one at or below 1 and a compute-bound op get none."""
+    note = ("above 1.0 of the clone (best 1.35; clone 2427 GB/s, skewed): the clone reached 0.58 of the "
+            "device's copy rate alone (4219 GB/s); against that rate: best 0.78")
+    above = dict(final_row("8192x1024", "float16", "0.010000", "0.050000", "0.010100", "1.35"), **{"clone note": note})
+    rms = entry("rmsnorm", "triton", [above, final_row("2048x16384", "float16", "0.036000", "0.220000", "0.036000", "0.92")],
+                ("2048x16384", "float16", 1e8, 1.3e8), 2, [20.0, 30.0])
+    out = tmp_path / "suite"
+    out.mkdir()
+    (out / f"{rms['run']}.json").write_text(json.dumps(rms))
+    path = tmp_path / "unattended.json"
+    assert main(["suite", "summarize", str(out), "--unattended-json", str(path), "--command", "c"]) == 0
+    section = path.with_suffix(".md").read_text().split("## Fractions of the clone above 1")[1].split("## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    assert lines == [f"- rmsnorm triton 8192x1024 float16: 1.35: {note}"]

@@ -258,9 +258,27 @@ def page(entries: list[dict], table: list[Row], commands: list[str], started: li
                       "largest": "yes" if r.largest else "", "verdict": v,
                       "why (the run's records)": "" if v == "met" else why(by_run[(r.op, r.language)])})
     lines += [markdown_table(shown) if shown else "(no final measurement in any entry)", ""]
+    above = above_clone(entries)
+    if above:
+        lines += ["## Fractions of the clone above 1", "", "What the final measurement says of each (the clone short of "
+                  "the device's copy rate, or bytes the spec counts that never reached DRAM):", ""]
+        lines += [f"- {a}" for a in above] + [""]
     missing = not_finished(entries, started, targets)
     lines += ["## Not finished", ""] + ([f"- {m}" for m in missing] or ["- none"]) + [""]
     return "\n".join(lines)
+
+
+def above_clone(entries: list[dict]) -> list[str]:
+    """One line per final-measurement row whose best version ran above 1.0 of the clone bandwidth:
+    the op, language, shape and dtype, and the final measurement's note on why (`timing.above_one`)."""
+    out = []
+    for e in sorted((e for e in entries if "error" not in e), key=lambda e: (e["op"], e["language"])):
+        for r in e.get("final") or []:
+            frac = _number(r.get("best, fraction of clone bandwidth"), positive=False)
+            if frac is not None and frac > 1.0 and not compute_bound(e):
+                out.append(f"{e['op']} {e['language']} {r['shape']} {r['dtype']}: {frac:.2f}: "
+                           + (r.get("clone note") or "no note in the final measurement"))
+    return out
 
 
 def _cell(value: float | None) -> str:
