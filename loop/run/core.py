@@ -35,8 +35,8 @@ from playbook.cst.entry import spec_entry
 Log = Callable[[str], None]
 stderr_log = plain_log
 SEALED = ("results.jsonl", "perf_results.md")  # written by the orchestrator only, sealed in the state
-GIT_SNAPSHOT = "git-state"
-HEALTH_FRESH_S = 300.0  # a measurement the device answered this recently stands for the health check  # .git/hooks, .git/info, .git/config as they were when the run began
+GIT_SNAPSHOT = "git-state"  # .git/hooks, .git/info, .git/config as they were when the run began
+HEALTH_FRESH_S = 300.0  # a measurement the device answered this recently stands for the health check
 
 
 def now() -> str:
@@ -78,9 +78,9 @@ class Run:
         # when a judge of this process last got an answer from the device (time.monotonic()): `gpu_health`
         # is skipped within HEALTH_FRESH_S of it (that measurement was the round trip)
         self.device_answered: float | None = None
-        # the compile gate's summary per (source, spec, language, architectures) that passed in this process:
-        # the same source is not built again (a remeasure, an A/A pair, a version measured before)
-        self.gated: dict[str, dict] = {}
+        # the compile gate's summary, and the iteration it passed at, per (source, spec, language, architectures)
+        # that passed in this process: the same source is not built again (a remeasure, an A/A pair)
+        self.gated: dict[str, tuple[dict, int]] = {}
 
     def start_host(self) -> None:
         """The judge host of an unattended run (`loop.judge.host`): every judge that starts after it is

@@ -76,8 +76,9 @@ def verify(run: Run, n: int, workdir: Path, target: Path) -> tuple[dict[str, Bac
         return None, {}
     key = gate_key(run, target)
     if key in run.gated:  # this very source passed the gate in this process (a remeasure, an A/A pair)
-        run.log(f"#{n} compile {','.join(run.state.archs)}: passed before ({run.gated[key]['passed_at']}), not built again")
-        return None, {k: v for k, v in run.gated[key].items() if k != "passed_at"}
+        gate, at = run.gated[key]
+        run.log(f"#{n} compile {','.join(run.state.archs)}: passed before (#{at}), not built again")
+        return None, gate
     run.log(f"#{n} compile {','.join(run.state.archs)}")
     raw = compile_gate(workdir=workdir, spec_path=run.root / run.state.spec, target_dir=(run.root / run.state.target).parent,
                        target=target, language=run.state.language, archs=run.state.archs,
@@ -85,7 +86,7 @@ def verify(run: Run, n: int, workdir: Path, target: Path) -> tuple[dict[str, Bac
                        dtypes=spec_dtypes(run.root / run.state.spec))
     gate = {"status": raw["status"], "archs": run.state.archs, "rows": compile_summary(raw)}
     if raw["status"] == "ok":
-        run.gated[key] = {**gate, "passed_at": f"#{n}"}
+        run.gated[key] = (gate, n)
         return None, gate
     reason = f"ahead-of-time compile failed: {raw.get('message', '')}"[:500]
     results = {name: not_run(name, run.state.availability, "compile gate failed") for name in run.state.backends}
@@ -121,12 +122,12 @@ def judged(run: Run, n: int, workdir: Path, impls: dict[str, Path], check: list[
     """One judged measurement of `impls` per backend of `backends` (`check`: the labels whose
     correctness is checked), with the run's spec, seed, device, caches and judge host."""
     m = measure(root=run.root, workdir=workdir, spec_path=run.root / run.state.spec,
-                   target_dir=(run.root / run.state.target).parent, impls=impls, check=check,
-                   backend_names=backends, availability=run.state.availability,
-                   target_backend=run.state.target_backend, device=run.state.device, seed=run.state.seed + n,
-                   settings=run.settings, cache_root=run.dir / "triton-cache", on_stage=on_stage,
-                   timing=CPU_TIMING if run.state.device == "cpu" else None, target=run.root / run.state.target,
-                   ahead=ahead, host=run.host)
+                target_dir=(run.root / run.state.target).parent, impls=impls, check=check,
+                backend_names=backends, availability=run.state.availability,
+                target_backend=run.state.target_backend, device=run.state.device, seed=run.state.seed + n,
+                settings=run.settings, cache_root=run.dir / "triton-cache", on_stage=on_stage,
+                timing=CPU_TIMING if run.state.device == "cpu" else None, target=run.root / run.state.target,
+                ahead=ahead, host=run.host)
     if run.state.device == "cuda" and (m.raw.get(run.state.target_backend) or {}).get("status") == "ok":
         run.device_answered = time.monotonic()  # the device answered this judge: `Run.gpu_health` skips its worker
     return m

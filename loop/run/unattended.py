@@ -71,23 +71,22 @@ def propose(run: Run, src: str, an: Analysis) -> tuple[Candidate | None, str | N
     `--per-run` sets one), or None; with None, why, when candidates were left that did not fit (an
     experiment cut off by a limit has cost its seconds and decided nothing)."""
     seen = screen(run, src)
-    ranked = [(c, e) for c, e in ranked_experiments(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
-              if seen.why_not(c) is None]
-    pool = [c for c, _ in ranked]
+    pool = [(c, e) for c, e in ranked_experiments(src, an, run.state.tried, run.state.demoted, run.state.skip_recipes)
+            if seen.why_not(c) is None]
     budget = run.policy.time_budget_s
     if budget is None or not pool:
-        return (pool[0] if pool else None), None
+        return (pool[0][0] if pool else None), None
     left = budget - run.state.active_s
-    need = {c.key: an.expected_seconds(c.kind, e) for c, e in ranked}
-    fits = next((c for c in pool if need[c.key] <= left), None)
-    if fits is not None:
-        if fits is not pool[0]:
-            run.log(f"next: {pool[0].title} (~{need[pool[0].key]:.0f} s) does not fit in the {left:.0f} s left of "
-                    f"the time budget; {fits.title} (~{need[fits.key]:.0f} s) does")
-        return fits, None
-    shortest = min(need.values())
-    return None, (f"time budget: the shortest experiment left (~{shortest:.0f} s, {len(pool)} candidates) does not "
-                  f"fit in the {left:.0f} s left of {budget:.0f}s")
+    need = [(c, an.expected_seconds(c.kind, e)) for c, e in pool]
+    fits = next(((c, s) for c, s in need if s <= left), None)
+    if fits is None:
+        return None, (f"time budget: the shortest experiment left (~{min(s for _, s in need):.0f} s, {len(need)} "
+                      f"candidates) does not fit in the {left:.0f} s left of {budget:.0f}s")
+    (first, first_s), (chosen, chosen_s) = need[0], fits
+    if chosen is not first:
+        run.log(f"next: {first.title} (~{first_s:.0f} s) does not fit in the {left:.0f} s left of the time budget; "
+                f"{chosen.title} (~{chosen_s:.0f} s) does")
+    return chosen, None
 
 
 def _injected(run: Run, n: int) -> Candidate | None:
