@@ -89,12 +89,14 @@ def assert_expected(outs: dict[str, dict], device: str = "cpu") -> None:
 def test_no_adversary_is_kept_under_the_interpreter(small_repo, capsys):
     assert main(["init", TARGET, "--device", "cpu", "--branch", "tileloop/adversaries", "--archs", "none", "--json"]) == 0
     capsys.readouterr()
+    honest = (small_repo / TARGET).read_text()
     assert_expected(step_each(small_repo, capsys, chosen()))
-    # and an honest change is still kept afterwards
-    edit = (small_repo / TARGET).read_text().replace("BLOCK = 128", "BLOCK = 1024")
-    (small_repo / TARGET).write_text(edit)
+    # and an honest change is still kept afterwards: the kernel as it was before the adversaries (one
+    # that changed nothing may have been kept as an A/A, its code the incumbent now), 8x fewer programs
+    (small_repo / TARGET).write_text(honest.replace("BLOCK = 128", "BLOCK = 1024"))
     assert main(["step", "-m", "BLOCK 128 -> 1024", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["status"] == "keep"
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "keep", out["decision"]
 
 
 @pytest.mark.gpu

@@ -257,6 +257,24 @@ def test_an_incumbent_slowed_right_after_the_candidate_refuses_the_candidate(met
     assert interference(method, *_interleaved(1 + 3 * band, 1.0), None) is None  # no pair, no check
 
 
+def test_a_load_that_hits_some_pairs_only_is_no_interference():
+    """A CPU shared with other work: four of seven of the incumbent's requests after the candidate's
+    met a burst of load that its requests after its own missed. The median says 60% slower, but the
+    other three pairs say no slower: a distribution-free interval (min..max at seven pairs) does not
+    call that an effect, where one from the spread of the middle pairs would have refused an honest
+    candidate."""
+    from loop.common.stats import median_interval
+    from loop.judge.corroborate import interference
+
+    after_candidate, after_itself = [50.0, 51.0, 49.0, 52.0, 30.0, 31.0, 30.0], [30.0, 30.5, 29.8, 31.0, 30.0, 30.5, 29.9]
+    claims = {"incumbent": [x for pair in zip(after_candidate, after_itself) for x in pair], "candidate": [6.0] * 14}
+    follows = {"incumbent": ["candidate", "incumbent"] * 7, "candidate": ["incumbent"] * 14}
+    out = interference("interpreter_wallclock", claims, follows, ("incumbent", "candidate"))
+    assert out["ok"] and out["n"] == 7 and out["slower"] > 1.5 and out["lo"] < 1.05, out
+    assert median_interval([3.0, 1.0, 2.0], 2.576) == (1.0, 3.0)
+    assert median_interval(list(range(100)), 2.576) == (37, 62)  # k = floor((100 - 25.76) / 2)
+
+
 def test_too_few_requests_of_each_kind_decide_nothing():
     from loop.judge.corroborate import INTERFERENCE_PAIRS, interference
 

@@ -69,6 +69,20 @@ class ShapeComparison:
         return d
 
 
+def median_interval(xs: Sequence[float], z: float) -> tuple[float, float]:
+    """A distribution-free interval for the median of `xs`: the order statistics k and n-1-k, with
+    k = floor((n - z*sqrt(n)) / 2) (the sign test's binomial, normal approximation), at least 0. It
+    assumes nothing of the spread: a few samples taken while other work shared the host (a load that
+    comes and goes in bursts) widen it, where a spread estimated from the middle samples (MAD) would
+    call a burst that hit most pairs alike an effect. Under about z*z samples it is min..max."""
+    ys = sorted(xs)
+    if not ys:
+        raise ValueError("an interval of no samples")
+    n = len(ys)
+    k = max(0, math.floor((n - z * math.sqrt(n)) / 2))
+    return ys[k], ys[n - 1 - k]
+
+
 def _mad(xs: Sequence[float], center: float) -> float:
     return statistics.median(abs(x - center) for x in xs)
 

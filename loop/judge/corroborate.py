@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 
-from loop.common.stats import paired
+from loop.common.stats import median_interval
 
 # timing method -> (an implementation's median claim below its median wall time; claimed over wall speedup)
 TOLERANCES = {
@@ -232,14 +232,14 @@ def beyond_copy(gbps: dict[str, float | None], clone_gbps: float | None, limit: 
 
 
 # How much slower the incumbent's requests right after the candidate's may be than its requests right
-# after its own (the low end of their paired interval, per method): the claimed-over-wall speedup band
+# after its own (the low end of the interval of their ratios' median, per method): the claimed-over-wall speedup band
 # of TOLERANCES, the most of a speedup the judge already lets through unexplained, since slowing the
 # incumbent is one more way to a speedup the candidate did not earn. Honest pairs differ by what a
 # switch between two processes costs (a GPU context switch, caches the other process filled), far
 # below these.
 INTERFERENCE_BAND = {method: bands[1] for method, bands in TOLERANCES.items()}
 INTERFERENCE_Z = 2.576  # as sure of the slowdown as the decision (loop.decide.rules.Policy.z) is of a kept speedup
-INTERFERENCE_PAIRS = 3  # fewer pairs of requests than this (a short run) decide nothing
+INTERFERENCE_PAIRS = 5  # fewer pairs of requests than this (a short run) decide nothing
 
 
 def interference(method: str, claimed: dict[str, list[float]], follows: dict[str, list[str | None]] | None,
@@ -250,8 +250,9 @@ def interference(method: str, claimed: dict[str, list[float]], follows: dict[str
     time (ms); `follows`: label -> the label of the request sent just before each of them (None for
     none, or one outside the pair). The incumbent's requests right after one of the candidate's and
     right after one of its own are paired in order (the rounds interleave them, so each pair is close
-    in time) and compared as the decision compares two implementations (`loop.common.stats.paired`);
-    when the low end of the interval of how much slower the first are than the second exceeds
+    in time); when the low end of a distribution-free interval of their ratios' median
+    (`loop.common.stats.median_interval`: a load that comes and goes, as on a CPU shared with other
+    work, widens it rather than passing for an effect) of how much slower the first are exceeds
     INTERFERENCE_BAND the candidate is refused: the work it leaves running after its answers (a
     kernel on its own GPU stream, which no stopped process tree stops; a thread or helper, where its
     tree is not stopped) slowed the incumbent it is timed against. Not symmetric: a slow incumbent
@@ -267,13 +268,15 @@ def interference(method: str, claimed: dict[str, list[float]], follows: dict[str
     detail = {"ok": True, "reason": "", "n": n, "band": band}
     if n < INTERFERENCE_PAIRS or min(after_cand[:n] + after_self[:n]) <= 0:
         return detail
-    compared = paired((), after_cand[:n], after_self[:n], INTERFERENCE_Z, 0.0)
+    ratios = [a / b for a, b in zip(after_cand[:n], after_self[:n])]
+    slower = statistics.median(ratios)
+    lo, hi = median_interval(ratios, INTERFERENCE_Z)
     detail.update(after_candidate_ms=round(statistics.median(after_cand[:n]), 5),
-                  after_itself_ms=round(statistics.median(after_self[:n]), 5), slower=round(compared.speedup, 4),
-                  lo=round(compared.lo, 4), hi=round(compared.hi, 4))
-    if compared.lo > 1 + band:
-        detail.update(ok=False, label=cand, reason=f"{cand}: interferes: the {inc} ran {compared.speedup - 1:.0%} "
+                  after_itself_ms=round(statistics.median(after_self[:n]), 5), slower=round(slower, 4),
+                  lo=round(lo, 4), hi=round(hi, 4))
+    if lo > 1 + band:
+        detail.update(ok=False, label=cand, reason=f"{cand}: interferes: the {inc} ran {slower - 1:.0%} "
                       f"slower right after the {cand}'s requests than after its own ({n} pairs of requests, interval "
-                      f"{compared.lo:.3f}-{compared.hi:.3f}x, band {band:.0%}): work the {cand} left running after "
+                      f"{lo:.3f}-{hi:.3f}x, band {band:.0%}): work the {cand} left running after "
                       "answering (a GPU stream, a thread, a helper) slowed what it is timed against")
     return detail
