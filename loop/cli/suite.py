@@ -31,6 +31,10 @@ def add_suite(sp: argparse.ArgumentParser) -> None:
                     help="run: each target's run a Ray task, on any node (pip install -e \".[ray]\"): with no ADDRESS (and no "
                          "RAY_ADDRESS) a local cluster started and stopped for the suite, else the cluster there; the runs' "
                          "branches and records come back into this repository. Put it after the targets, or write --ray=ADDRESS")
+    sp.add_argument("--no-profile", action="store_true",
+                    help="run: no Nsight Compute profile of a best version that misses an unattended target (by default, on a "
+                         "GPU, each such version is profiled at its largest shape once its run is reported, and the results "
+                         "page quotes its bottleneck as that row's why)")
     sp.add_argument("--max-iters", type=positive_int, help="run: passed to each run (default: tileloop run's default)")
     sp.add_argument("--resume", action="store_true",
                     help="run: continue a suite that was stopped: a target whose run exists goes on with tileloop resume "
@@ -63,7 +67,7 @@ def cmd_suite(args, settings) -> int:
         extra += ["--max-iters", str(args.max_iters)] if args.max_iters else []
         log = (lambda m: print(m, file=sys.stderr)) if args.json else print
         entries = runner.run_suite(Path.cwd(), args.paths, Path(args.out_dir), args.per_run, extra, log=log, gpus=args.gpus,
-                                   resume=args.resume, restart=args.restart, engine=_engine(args))
+                                   resume=args.resume, restart=args.restart, engine=_engine(args), profile=not args.no_profile)
         emit(args, {"out_dir": args.out_dir, "entries": entries}, f"{len(entries)} entries in {args.out_dir}")
         return 0
     paths = [Path(p) for p in args.paths]

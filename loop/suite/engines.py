@@ -28,6 +28,7 @@ class SuiteCall:
     resume: bool
     killed_here: str | None  # with --resume, the target whose killed one-GPU run left the repository on its branch
     log: Callable[[str], None]
+    profile: bool = True  # an Nsight Compute profile of each best version that misses a target (on a GPU)
 
     @property
     def device(self) -> str:

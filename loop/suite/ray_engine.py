@@ -204,7 +204,7 @@ class Sender:
                 self.shared, self.shared_bytes = self.ray.put(start_bundle), len(start_bundle)
             job = Job(target, job.refs, self.shared, None, self.shared_bytes)
         spec = TaskInput(target=target, start_branch=call.start_branch, start_sha=call.start_sha, refs=job.refs,
-                         per_run_s=call.per_run_s, extra=call.extra, identity=self.identity)
+                         per_run_s=call.per_run_s, extra=call.extra, identity=self.identity, profile=call.profile)
         stream = self.remote.remote(spec, job.bundle, job.records)
         call.log(f"[ray] {target}: " + (f"sent with its records (tileloop resume; {len(job.records) / 1024:.0f} KiB)"
                                         if job.records else "sent"))

@@ -58,6 +58,7 @@ class TaskInput:
     per_run_s: float | None
     extra: tuple[str, ...]
     identity: tuple[str, str]  # user.name, user.email: the run's commits carry the user's identity
+    profile: bool = True  # the suite's --no-profile, off
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ def run_task(spec: TaskInput, bundle: bytes, records: bytes | None):
         def run() -> None:
             try:
                 ended["entry"] = run_one(repo, repo, spec.target, out, spec.per_run_s, list(spec.extra), child_env(),
-                                         children, lines.append, resume=records is not None)
+                                         children, lines.append, resume=records is not None, profile=spec.profile)
             except Exception as exc:  # the run's failure is the entry's; what it left still travels back
                 ended["entry"] = {"schema": ENTRY_SCHEMA, "run": run_id, "target": spec.target,
                                   "error": f"{type(exc).__name__}: {exc}"}

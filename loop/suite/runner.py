@@ -37,8 +37,10 @@ from loop.common.processes import die_with_parent
 from loop.measure.launch import kill_group, with_package_path
 from loop.records import gitops
 from loop.run import state as st
+from loop.suite import profiles
 from loop.suite.engines import Engine, SuiteCall
 from loop.suite.summary import ENTRY_SCHEMA, entry_from_run, record_targets, write_entry
+from loop.suite.unattended import rows, verdict
 from loop.suite.worktrees import (
     WORKTREES,
     branch_of,
@@ -128,10 +130,17 @@ def budget_args(per_run_s: float | None, extra: list[str]) -> list[str]:
     return ["--time-budget", f"{max(per_run_s - max(30.0, 0.15 * per_run_s), per_run_s / 2):.0f}s"]
 
 
+def missed_targets(entry: dict) -> list[str]:
+    """The verdicts of the entry's final-measurement rows that miss an unattended target (not those
+    only without a value to judge)."""
+    return [v for r in rows([entry]) if (v := verdict(r)).startswith("not met")]
+
+
 def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: float | None, extra: list[str],
-             env: dict, children: Children, log, resume: bool = False) -> dict:
+             env: dict, children: Children, log, resume: bool = False, profile: bool = True) -> dict:
     """`tileloop run` of one target in `run_root` (the repository or a worktree of it), then the
-    report. With `resume`, a run of the target already in `run_root` is continued (`tileloop
+    report, then (with `profile`, on a GPU) an Nsight Compute profile of the best version where it
+    misses an unattended target (`loop.suite.profiles`). With `resume`, a run of the target already in `run_root` is continued (`tileloop
     resume`, on its branch) or, if it had finished, only reported: its entry in `out_dir` stands
     when it holds a final measurement, so a resumed suite spends no GPU time on finished runs."""
     path = Path(target)
@@ -196,6 +205,12 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
         entry["final_error"] = ((err_text or out)[-400:] if (err_text or out).strip() else
                                 f"report --measure exited {rep_proc.returncode} with no output (killed?)")
     write_entry(out_dir, entry)
+    missed = missed_targets(entry) if final is not None else []
+    if profile and measure and missed:
+        log(f"[suite] {target}: {missed[0]}; profiling its best version under Nsight Compute")
+        entry["profile"] = profiles.profile_best(run_root, str(path), entry, env, children.popen, children.done)
+        log(f"[suite] {target}: {profiles.note(entry['profile'])}")
+        write_entry(out_dir, entry)
     state = st.view(run_root, run_id) or {}
     if state.get("best_commit"):  # the tuned kernel itself, for review and for profiling elsewhere
         best_src = git_output(root, "show", f"{state['best_commit']}:{state['target']}")
@@ -210,7 +225,7 @@ def run_one(root: Path, run_root: Path, target: str, out_dir: Path, per_run_s: f
 
 def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | None, extra: list[str], log=print,
               gpus: list[str] | None = None, resume: bool = False, restart: list[str] | None = None,
-              engine: Engine | None = None) -> list[dict]:
+              engine: Engine | None = None, profile: bool = True) -> list[dict]:
     """Each target tuned on its own branch from the current commit, by `engine` (default: this
     host, `LocalEngine(gpus)`). With `gpus` (device ids), one target per GPU at a time, each GPU in
     its own git worktree (sandbox/suite-worktrees/gpu<id>) with CUDA_VISIBLE_DEVICES set; the runs'
@@ -256,7 +271,7 @@ def run_suite(root: Path, targets: list[str], out_dir: Path, per_run_s: float | 
     record_targets(out_dir, targets)  # so that a summary of a suite cut short names the targets without an entry
     call = SuiteCall(root=root, start_branch=start_branch, start_sha=git_output(root, "rev-parse", start_branch),
                      targets=tuple(targets), out_dir=out_dir, per_run_s=per_run_s, extra=tuple(extra), resume=resume,
-                     killed_here=killed_here, log=log)
+                     killed_here=killed_here, log=log, profile=profile)
     children = Children()
     previous = signal.signal(signal.SIGTERM, children.kill_all)
     try:
@@ -278,7 +293,7 @@ class LocalEngine:
         root, extra, killed_here = call.root, list(call.extra), call.killed_here
         if self.gpus is not None:
             return _run_parallel(root, call.start_sha, list(call.targets), call.out_dir, call.per_run_s, extra, self.gpus,
-                                 children, call.log, call.resume)
+                                 children, call.log, call.resume, call.profile)
         done = {}
         for target in ([killed_here] if killed_here else []) + [t for t in call.targets if t != killed_here]:
             if target != killed_here:
@@ -286,7 +301,7 @@ class LocalEngine:
             # with --resume, a run an earlier --gpus suite left in a worktree goes on in that worktree
             tree = (holder_of(root, target) if call.resume else None) or root
             done[target] = run_one(root, tree, target, call.out_dir, call.per_run_s, extra, child_env(), children, call.log,
-                                   call.resume)
+                                   call.resume, call.profile)
             if tree != root:
                 git_output(tree, "checkout", "-q", "--detach", call.start_sha)  # leave the run's branch free
         git_output(root, "checkout", "-q", call.start_branch)
@@ -294,7 +309,8 @@ class LocalEngine:
 
 
 def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path, per_run_s: float | None,
-                  extra: list[str], gpus: list[str], children: Children, log, resume: bool = False) -> list[dict]:
+                  extra: list[str], gpus: list[str], children: Children, log, resume: bool = False,
+                  profile: bool = True) -> list[dict]:
 
     gitops.ensure_excluded(root, "/sandbox/")
     trees = {}
@@ -337,7 +353,7 @@ def _run_parallel(root: Path, start_sha: str, targets: list[str], out_dir: Path,
                 git_output(tree, "checkout", "-q", "--detach", start_sha)
             try:
                 entry = run_one(root, tree, target, out_dir, per_run_s, extra, env, children,
-                                 lambda m, g=gpu: log(f"[gpu {g}] {m}"), resume)
+                                 lambda m, g=gpu: log(f"[gpu {g}] {m}"), resume, profile)
             except Exception as exc:  # one target's failure must not stop the other GPUs
                 entry = {"schema": ENTRY_SCHEMA, "run": run_id_of(target), "target": target,
                          "error": f"{type(exc).__name__}: {exc}"}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from loop.common.files import atomic_write_text
 from loop.records.perf_table import markdown_table
+from loop.suite.profiles import note as profile_note
 from loop.suite.summary import compute_bound as flop_bound
 from loop.suite.worktrees import run_id_of
 
@@ -144,16 +145,19 @@ def verdict(row: Row) -> str:
 
 
 def why(entry: dict) -> str:
-    """What the run recorded of where its best version stands (the distance to its roofline that
-    its lever analysis ordered candidates by; for a compute-bound op, its FLOP rate at the largest
-    shape) and why it stopped, quoted for a row that misses a target; "no profile recorded" first
-    where the run measured no such distance."""
+    """Why a row misses a target: first the Nsight Compute profile of its best version that the
+    suite took (`loop.suite.profiles`: bottleneck class, cause and metrics, or why there is none),
+    then what the run recorded of where that version stands (the distance to its roofline that its
+    lever analysis ordered candidates by; for a compute-bound op, its FLOP rate at the largest
+    shape) and why it stopped. "no profile recorded" where there is neither a profile nor such a distance."""
+    profiled = profile_note(entry.get("profile"))
+    notes = [profiled] if profiled else []
     rate = (entry.get("largest_best") or {}).get("tflops")
     if compute_bound(entry) and rate:
-        notes = [f"the run's own measurement of the best version: {rate:.0f} TFLOP/s at the largest shape"]
+        notes.append(f"the run's own measurement of the best version: {rate:.0f} TFLOP/s at the largest shape")
     elif entry.get("roofline") and not compute_bound(entry):
-        notes = [f"the run's lever analysis: best version at {entry['roofline']}"]
-    else:
+        notes.append(f"the run's lever analysis: best version at {entry['roofline']}")
+    elif not notes:
         notes = ["no profile recorded"]
     reason = (entry.get("stop") or {}).get("reason")
     if reason:
@@ -256,7 +260,7 @@ def page(entries: list[dict], table: list[Row], commands: list[str], started: li
                       "matmul_ms": _cell(r.matmul_ms), "experiments": r.experiments,
                       "wall_s": "" if r.wall_s is None else f"{r.wall_s:.0f}",
                       "largest": "yes" if r.largest else "", "verdict": v,
-                      "why (the run's records)": "" if v == "met" else why(by_run[(r.op, r.language)])})
+                      "why (its profile, the run's records)": "" if v == "met" else why(by_run[(r.op, r.language)])})
     lines += [markdown_table(shown) if shown else "(no final measurement in any entry)", ""]
     above = above_clone(entries)
     if above:
