@@ -123,6 +123,25 @@ def _private_temporary_folder(tmp_path_factory, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", folder)
 
 
+@pytest.fixture
+def writable_by_kernels(tmp_path) -> Path:
+    """A folder a kernel process can write where it sees the machine read-only
+    (`loop.common.namespaces.read_only_view`): one of its own under /dev/shm, which stays writable
+    there (the judge's CPU arenas), else `tmp_path`. For a probe that reports back through a file."""
+    import shutil
+    import uuid
+
+    if not Path("/dev/shm").is_dir():
+        yield tmp_path
+        return
+    folder = Path("/dev/shm") / f"tileloop-test-{uuid.uuid4().hex[:12]}"
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def liger_kernel(tmp_path_factory) -> Path:
     """The folder holding Liger-Kernel's `liger_kernel` package, installed from PyPI for this session."""

@@ -11,6 +11,7 @@ reason must hold (the check that refused it). TILELOOP_TEST_ADVERSARIES=name,nam
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -24,6 +25,24 @@ from test_e2e_cpu import TARGET, git, small_repo  # noqa: F401  (fixture)
 
 ADVERSARIES = Path(__file__).parent / "adversaries"
 EXPECTED = json.loads((ADVERSARIES / "expected.json").read_text())
+
+
+PLANTED_RAN = "planted-module-ran"  # tests/adversaries/plant_a_module.py's trace of a planted module that ran
+
+
+@functools.cache
+def read_only() -> bool:
+    """Whether a judge's kernel processes see the machine read-only here (`tileloop doctor`'s probe)."""
+    return (probe_isolation() or {}).get("filesystem") == "read-only"
+
+
+def nothing_planted_ran(repo: Path, after: str) -> None:
+    """No process imported a module a candidate planted (plant_a_module's leave a file where one ran:
+    in a later step, a judge or a zygote working in the folder it planted in), and where a kernel
+    process sees the machine read-only none was planted."""
+    assert not list(repo.rglob(PLANTED_RAN)), after
+    planted = [p for p in (repo / "sandbox").rglob("*.py") if p.name in ("statistics.py", "torch.py")]
+    assert not (planted and read_only()), (after, planted)
 
 
 def chosen() -> list[str]:
@@ -60,6 +79,7 @@ def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
         assert git(repo, "status", "--porcelain", "--untracked-files=no") == "", name
         # git ran nothing a candidate planted (plant_git_hooks leaves hook-ran-* where one ran) and it is gone
         assert not list(repo.glob("hook-ran-*")) and not (repo / ".git" / "hooks" / "post-commit").exists(), name
+        nothing_planted_ran(repo, name)
     return outs
 
 
@@ -97,6 +117,7 @@ def test_no_adversary_is_kept_under_the_interpreter(small_repo, capsys):
     assert main(["step", "-m", "BLOCK 128 -> 1024", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "keep", out["decision"]
+    nothing_planted_ran(small_repo, "the honest change")
 
 
 @pytest.mark.gpu

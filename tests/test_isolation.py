@@ -139,7 +139,7 @@ def test_only_the_kernel_process_asked_runs(kernels):
     got = fork.isolation([a.proc.pid, b.proc.pid])
     assert got == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
                    "stopped": "between requests", "spawn": "zygote", **_namespaces()}, got
-    assert fork.full(got) == (got["siblings"] == "hidden")
+    assert fork.full(got) == (got["siblings"] == "hidden" and got["filesystem"] == "read-only")
 
 
 def _namespaces() -> dict[str, str]:
@@ -148,11 +148,12 @@ def _namespaces() -> dict[str, str]:
     what that makes of their Triton caches."""
     if os.environ.get("TILELOOP_PID_NAMESPACE") == "0":
         return {"pid_namespace": "unavailable: turned off (TILELOOP_PID_NAMESPACE=0)", "siblings": "visible",
-                "triton_cache": "own"}
+                "triton_cache": "own", "filesystem": "writable"}
     from loop.common.processes import probe_isolation
 
     got = probe_isolation() or {}
-    return {k: got.get(k, "unavailable: the probe failed") for k in ("pid_namespace", "siblings", "triton_cache")}
+    out = {k: got.get(k, "unavailable: the probe failed") for k in ("pid_namespace", "siblings", "triton_cache", "filesystem")}
+    return {**out, "filesystem": out["filesystem"].split(":")[0]}  # a judge reports what it read, not the probe's why
 
 
 @pytest.mark.slow
@@ -287,4 +288,5 @@ def test_on_a_gpu_the_boundary_holds_and_the_arena_opens(tmp_path, env, name, st
     assert raw["isolation"] == {"uid": "same", "ptrace": "blocked", "descendants": "reaped", "exec": "fresh",
                                 "stopped": "between requests", "spawn": "zygote",
                                 **(_namespaces() if off else {"pid_namespace": "own", "siblings": "hidden",
-                                                              "triton_cache": "own, others hidden"})}, raw["isolation"]
+                                                              "triton_cache": "own, others hidden",
+                                                              "filesystem": _namespaces()["filesystem"]})}, raw["isolation"]

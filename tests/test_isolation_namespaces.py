@@ -205,8 +205,8 @@ def _find_sibling(tmp_path: Path, env: dict[str, str]) -> tuple[dict, dict]:
 
 @pytest.mark.slow  # a zygote imports torch
 @linux
-def test_a_kernel_process_cannot_find_or_signal_its_sibling(tmp_path):
-    isolation, found = _find_sibling(tmp_path, {})
+def test_a_kernel_process_cannot_find_or_signal_its_sibling(writable_by_kernels):
+    isolation, found = _find_sibling(writable_by_kernels, {})
     assert isolation["spawn"] == "zygote", isolation
     if isolation["siblings"] != "hidden":
         assert isolation["siblings"] == "visible", isolation
@@ -220,6 +220,89 @@ def test_without_the_namespaces_a_kernel_process_finds_and_reaches_its_sibling(t
     isolation, found = _find_sibling(tmp_path, {"TILELOOP_PID_NAMESPACE": "0"})
     assert isolation["siblings"] == "visible" and isolation["spawn"] == "zygote", isolation
     assert found["kill"] == "ok" and found["children"], found  # stop_the_sibling's way finds it
+
+
+# -- a read-only view of the machine --------------------------------------------------------------
+
+# loaded by a kernel process as its spec (from a folder it can write, where it reports back): it tries to
+# plant a module where a later process would import it, and writes its temporary file
+PLANT = textwrap.dedent("""
+    import json, os, sys, tempfile
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    targets = json.loads((here / "targets.json").read_text())
+    got = {}
+    for name, path in targets.items():
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "x") as f:
+                f.write("raise SystemExit('planted')")
+            got[name] = "written"
+        except OSError as exc:
+            got[name] = exc.strerror
+    scratch = os.path.join(tempfile.gettempdir(), "scratch.txt")
+    with open(scratch, "w") as f:
+        f.write("ok")
+    got["scratch"] = scratch
+    (here / "planted.json").write_text(json.dumps(got))
+""")
+
+ONE_KERNEL = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from loop.judge import fork
+    from loop.judge.kernel_process import KernelProcess
+
+    work = Path(sys.argv[1])
+    planter = KernelProcess(work, "planter", warm=None)
+    try:
+        planter.request({"op": "load", "spec": str(work / "planter.py"), "target_dir": str(work), "device": "cpu",
+                         "backend": "interpreter", "impls": []}, "planter")
+    except Exception:
+        pass  # not a spec: what it ran at import is all that is asked of it
+    print(json.dumps(fork.isolation([planter.proc.pid])))
+    planter.close()
+""")
+
+
+def _plant(reports: Path, repo: Path, env: dict[str, str], source: bool = True) -> tuple[dict, dict]:
+    """A kernel process tries to write into `repo` (the run's folders: a later iteration's, beside the
+    target) and, with `source`, into tileloop's own source: (its isolation, what each write did)."""
+    marker = f"tileloop_planted_{reports.name.replace('-', '_')}"
+    targets = {"later iteration": str(repo / "sandbox" / "run" / "logs" / "iter-009" / "statistics.py"),
+               "repository": str(repo / "kernels" / f"{marker}.py"),
+               **({"tileloop": str(REPO_ROOT / "loop" / f"{marker}.py")} if source else {})}
+    (reports / "targets.json").write_text(json.dumps(targets))
+    (reports / "planter.py").write_text(PLANT)
+    try:
+        isolation = json.loads(_run(ONE_KERNEL, str(reports), env=env, timeout=300).splitlines()[-1])
+        return isolation, json.loads((reports / "planted.json").read_text())
+    finally:
+        for path in targets.values():
+            Path(path).unlink(missing_ok=True)  # where the view let it through: gone before it is imported
+
+
+@pytest.mark.slow  # a zygote imports torch
+@linux
+def test_a_kernel_process_sees_the_machine_read_only_but_its_scratch(writable_by_kernels, tmp_path):
+    isolation, got = _plant(writable_by_kernels, tmp_path, {})
+    if isolation["filesystem"] != "read-only":
+        assert isolation["filesystem"] == "writable", isolation
+        pytest.skip(f"no read-only view here: {isolation}")
+    assert {k: got[k] for k in ("later iteration", "repository", "tileloop")} == dict.fromkeys(
+        ("later iteration", "repository", "tileloop"), "Read-only file system"), got
+    assert not got["scratch"].startswith(str(tmp_path)) and not Path(got["scratch"]).exists(), got  # private, gone
+
+
+@pytest.mark.slow
+@linux
+def test_without_the_read_only_view_a_kernel_process_plants_a_module(writable_by_kernels, tmp_path):
+    """TILELOOP_READ_ONLY=0: the same kernel process writes beside the target and in a later iteration's
+    folder (what the view takes away; tileloop's own source is left out here)."""
+    isolation, got = _plant(writable_by_kernels, tmp_path, {"TILELOOP_READ_ONLY": "0"}, source=False)
+    assert isolation["filesystem"] == "writable", isolation
+    assert got["later iteration"] == got["repository"] == "written", got
 
 
 # -- workers that run kernel code outside a judge -------------------------------------------------

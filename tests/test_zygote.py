@@ -86,8 +86,8 @@ def _judge(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[dict, dict]
 
 @pytest.mark.slow  # a zygote imports torch
 @linux
-def test_a_kernel_process_in_its_pid_namespace_cannot_signal_the_judge_or_the_orchestrator(tmp_path):
-    isolation, signals = _judge(tmp_path, {})
+def test_a_kernel_process_in_its_pid_namespace_cannot_signal_the_judge_or_the_orchestrator(writable_by_kernels):
+    isolation, signals = _judge(writable_by_kernels, {})
     assert isolation["spawn"] == "zygote", isolation
     if isolation["pid_namespace"] != "own":  # a system that forbids it: said, never claimed
         assert isolation["pid_namespace"].startswith("unavailable: "), isolation

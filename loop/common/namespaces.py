@@ -6,12 +6,18 @@ forked rather than exec'd drops itself (Linux). In a PID namespace of their own 
 cannot name the judge, the orchestrator or any process outside it: kill(2) reaches none of them,
 and their /proc shows none (no fd of one to pidfd_send_signal); in one each, neither the
 incumbent nor the candidate can name the other. Used by the judge's zygote (`loop.worker.zygote`)
-and the kernel process's load (`loop.worker.serve`); TILELOOP_PID_NAMESPACE=0 turns the namespaces off."""
+and the kernel process's load (`loop.worker.serve`); TILELOOP_PID_NAMESPACE=0 turns the namespaces off.
+
+In a mount namespace of its own a kernel process also sees the machine read-only (`read_only_view`):
+it can write its own cache folder and a private /tmp, nothing else, so it cannot plant code where
+the judge, the orchestrator or the next measurement will import it (tileloop's own source, a module
+in a later iteration's folder, the run's records). TILELOOP_READ_ONLY=0 turns that off."""
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import re
 import signal
@@ -19,11 +25,14 @@ import sys
 from pathlib import Path
 
 from loop.common import settings
-from loop.common.processes import CACHE_MOUNT, die_with_parent, drop_bounding_set, status_of
+from loop.common.processes import CACHE_MOUNT, SCRATCH_MOUNT, die_with_parent, drop_bounding_set, status_of
 
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+MOUNT_ATTR_RDONLY, AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE = 0x1, -100, 0x1000, 0x8000
+SYS_MOUNT_SETATTR = 442  # mount_setattr(2), Linux 5.12: the same number on x86_64 and on the generic table (aarch64)
+SHARED_MEMORY = "/dev/shm"  # writable in a read-only view: where the judge's CPU arenas are (`loop.common.arena`)
 _CAPABILITY_V3 = 0x20080522
 CAP_SYS_ADMIN = 21
 IMPLEMENTATIONS = "implementations"  # the folder of the Triton cache that holds one folder per implementation
@@ -180,19 +189,38 @@ def nested_pid_namespace() -> str:
 def probe() -> dict[str, str]:
     """What a judge's zygote would have in force here, tried as it would do it (in a process
     confined as the zygote is: `tileloop doctor`): {"pid_namespace": "own" | "unavailable: <why>",
-    "siblings": "hidden" | "visible", "triton_cache": "own, others hidden" | "own"}."""
+    "siblings": "hidden" | "visible", "triton_cache": "own, others hidden" | "own", "filesystem":
+    "read-only" | "writable: <why>"}."""
     namespace = new_pid_namespace()
-    nested = namespace == "own" and _in_a_child(_probe_init) is None
+    said = _in_a_child(_probe_init) if namespace == "own" else None
+    found = json.loads(said) if said and said.startswith("{") else {"nested": said or "no namespace"}
+    nested = found.get("nested") == "own"
+    if not settings.load().read_only:
+        view = f"writable: turned off ({settings.READ_ONLY_ENV}=0)"
+    elif not nested:
+        view = "writable: no mount namespace of its own for a kernel process"
+    else:
+        view = "read-only" if found.get("view") is None else f"writable: {found['view']}"
     return {"pid_namespace": namespace, "siblings": "hidden" if nested else "visible",
-            "triton_cache": "own, others hidden" if nested else "own"}
+            "triton_cache": "own, others hidden" if nested else "own", "filesystem": view}
 
 
-def _probe_init() -> str | None:
-    """In `probe`: the init of the kernel processes' namespaces, which tries one more below."""
+def _trial_read_only() -> str | None:
+    """In a trial: the init of a mount namespace of its own makes every mount read-only, as a kernel
+    process's `read_only_view` does."""
     if os.getpid() != 1 or mount_proc() is None:
         return "no init of its own"
-    said = nested_pid_namespace()
-    return None if said == "own" else said
+    why = _mount_setattr(AT_FDCWD, b"/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
+    return None if why is None else f"mount_setattr: {why}"
+
+
+def _probe_init() -> str:
+    """In `probe`: the init of the kernel processes' namespaces, which tries one more below and, in
+    another, a read-only view: {"nested": "own" | why not, "view": None | why not} as JSON."""
+    if os.getpid() != 1 or mount_proc() is None:
+        return json.dumps({"nested": "no init of its own"})
+    return json.dumps({"nested": nested_pid_namespace(),
+                       "view": _in_a_child(lambda: _enter(False) or _in_a_child(_trial_read_only))})
 
 
 def enter_own_namespace() -> str | None:
@@ -226,6 +254,11 @@ def hide_triton_caches(root: str | None = None) -> bool:
     folder = os.path.join(root, IMPLEMENTATIONS)
     try:
         os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return False
+    # a mount of its own (the folder bound onto itself), so that a read-only view can leave it writable
+    bound = _libc().mount(folder.encode(), folder.encode(), None, MS_BIND, None) == 0
+    try:
         fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
@@ -233,8 +266,60 @@ def hide_triton_caches(root: str | None = None) -> bool:
                      b"mode=0700,size=1m") != 0:
         os.close(fd)
         return False
-    _HELD.update(root=root, fd=fd)
+    _HELD.update(root=root, fd=fd, bound=bound)
     return True
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def _mount_setattr(dirfd: int, path: bytes, flags: int, set_: int = 0, clear: int = 0) -> str | None:
+    """mount_setattr(2) on the mount at `path` (relative to `dirfd`); None, or why it failed."""
+    attr = _MountAttr(set_, clear, 0, 0)
+    try:
+        done = _libc().syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(dirfd), ctypes.c_char_p(path),
+                               ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    except (OSError, AttributeError) as exc:
+        return str(exc)
+    return None if done == 0 else os.strerror(ctypes.get_errno())
+
+
+def read_only_view() -> str:
+    """In a kernel process in a mount namespace of its own, after `hide_triton_caches` and before it
+    drops its capabilities: every mount made read-only (recursively), but the folder of its own
+    Triton cache (the mount the held fd is on, where `own_triton_cache` takes its folder, and with it
+    TileLang's, cuTile's and torch.compile's caches and CUDA C builds) and the tmpfs over the cache
+    root, and /dev/shm (the judge's CPU arenas, which it opens by name; nothing there is imported);
+    a private tmpfs for its temporary files (its TMPDIR and Python's `tempfile`: /tmp itself stays
+    read-only, as it is seen, since a repository or a run may live there). Device nodes open
+    read-write on a read-only mount, so the GPU is unaffected.
+    "read-only", or "writable: <why>" where nothing was changed; a view made read-only whose own
+    folder could not be made writable again raises."""
+    if not settings.load().read_only:
+        return f"writable: turned off ({settings.READ_ONLY_ENV}=0)"
+    fd, root = _HELD.get("fd"), _HELD.get("root")
+    if not isinstance(fd, int) or not isinstance(root, str) or not _HELD.get("bound"):
+        return "writable: no cache folder of its own to keep writable (the Triton cache root is not hidden)"
+    why = _mount_setattr(AT_FDCWD, b"/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
+    if why is not None:
+        return f"writable: mount_setattr: {why}"
+    why = (_mount_setattr(fd, b"", AT_EMPTY_PATH, clear=MOUNT_ATTR_RDONLY)
+           or _mount_setattr(AT_FDCWD, root.encode(), 0, clear=MOUNT_ATTR_RDONLY)
+           or (_mount_setattr(AT_FDCWD, SHARED_MEMORY.encode(), 0, clear=MOUNT_ATTR_RDONLY)
+               if os.path.isdir(SHARED_MEMORY) else None))
+    if why is not None:
+        raise RuntimeError(f"the kernel process's own cache folder could not be made writable again: {why}")
+    import tempfile
+
+    libc = _libc()
+    scratch = os.path.join(root, "scratch")  # in the tmpfs over the cache root, writable again above
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    if libc.mount(SCRATCH_MOUNT.encode(), scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700") != 0:
+        raise RuntimeError(f"a private tmpfs for temporary files: {os.strerror(ctypes.get_errno())}")
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch  # for this process and the compilers it starts
+    return "read-only"
 
 
 def cache_name(label: str, source: bytes) -> str:

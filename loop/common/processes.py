@@ -123,6 +123,7 @@ def _command_line(pid: int) -> str:
 # -- confinement of kernel processes (Linux; elsewhere each part is reported as not in force) --------
 
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 24, 36, 38
+SCRATCH_MOUNT = "tileloop-scratch"  # the source of each private tmpfs a read-only kernel process writes its temporary files to
 CACHE_MOUNT = "tileloop-triton-cache"  # the source of the tmpfs hiding the Triton cache root in a kernel process's mount namespace
 CAP_KILL, CAP_SYS_PTRACE = 5, 19
 LAST_CAP = 40  # CAP_CHECKPOINT_RESTORE; dropping a capability the kernel does not know fails harmlessly
@@ -305,14 +306,17 @@ def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool, spawn: st
     judge that is (or is not) dumpable and a subreaper: {"uid": "same" | "separate", "ptrace":
     "blocked" | "open", "descendants": "reaped" | "open", "exec": "fresh", "stopped": "between
     requests" | "no", "pid_namespace": "own" | "unavailable: <why>", "siblings": "hidden" |
-    "visible", "triton_cache": "own, others hidden" | "own", "spawn": `spawn`}. A root kernel
+    "visible", "triton_cache": "own, others hidden" | "own", "filesystem": "read-only" | "writable",
+    "spawn": `spawn`}. A root kernel
     process reaches the judge unless it lost CAP_SYS_PTRACE; any reaches a dumpable one of its own
     uid. "pid_namespace" is "own" when every kernel process is in a PID namespace below the judge's
     (NSpid), where it cannot name the judge to signal it; else `no_namespace` says why not.
     "siblings" is "hidden" when each is the init of a PID namespace of its own (`siblings_hidden`);
     "triton_cache" is "own" (each implementation takes its own folder at its load:
     `loop.common.namespaces.own_triton_cache`), and the others' are hidden when, besides, each has
-    the tmpfs over the cache root in its mount namespace (`cache_hidden`)."""
+    the tmpfs over the cache root in its mount namespace (`cache_hidden`); "filesystem" is
+    "read-only" when each sees the machine read-only but its own cache and a private /tmp
+    (`read_only`)."""
     statuses = [status_of(pid) for pid in pids]
     depth = len((status_of(os.getpid()).get("NSpid") or "").split())
     own = bool(statuses) and depth > 0 and all(len((s.get("NSpid") or "").split()) > depth for s in statuses)
@@ -331,6 +335,7 @@ def isolation_of(pids: list[int], not_dumpable: bool, subreaper: bool, spawn: st
             "pid_namespace": "own" if linux and own else no_namespace,
             "siblings": "hidden" if hidden else "visible",
             "triton_cache": "own, others hidden" if hidden and all(map(cache_hidden, pids)) else "own",
+            "filesystem": "read-only" if linux and statuses and all(map(read_only, pids)) else "writable",
             "spawn": spawn}
 
 
@@ -357,6 +362,25 @@ def cache_hidden(pid: int) -> bool:
     except OSError:
         return False
     return any(f" - tmpfs {CACHE_MOUNT} " in line for line in lines)
+
+
+def read_only(pid: int) -> bool:
+    """Whether `pid` sees the machine read-only (`loop.common.namespaces.read_only_view`): its root
+    mount read-only and a private tmpfs for its temporary files (its mountinfo; the last mount at a
+    point is the one it sees)."""
+    try:
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    seen: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts, kind = fields.split(), rest.split()
+        if len(parts) >= 6 and len(kind) >= 2:
+            seen[parts[4]] = (parts[5], f"{kind[0]} {kind[1]}")
+    root = seen.get("/")
+    scratch = [options for options, source in seen.values() if source == f"tmpfs {SCRATCH_MOUNT}"]
+    return root is not None and "ro" in root[0].split(",") and any("rw" in o.split(",") for o in scratch)
 
 
 PROBE = """

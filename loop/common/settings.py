@@ -40,6 +40,7 @@ def _bool(name: str, raw: str) -> bool:
 
 ZYGOTE_ENV = "TILELOOP_ZYGOTE"  # 0: every kernel process a fresh interpreter of its own
 PID_NAMESPACE_ENV = "TILELOOP_PID_NAMESPACE"  # 0: kernel processes share the judge's PID namespace
+READ_ONLY_ENV = "TILELOOP_READ_ONLY"  # 0: a kernel process may write wherever its user may
 KILL_STAGES = ("apply", "commit", "verify", "measure", "decide", "record")
 
 
@@ -56,6 +57,9 @@ class Settings:
     zygote: bool = True
     # kernel processes in a PID (and mount) namespace of their own, where the machine allows one
     pid_namespace: bool = True
+    # a kernel process sees the machine read-only but for its own cache and a private /tmp, where its mount
+    # namespace is its own (loop.common.namespaces.read_only_view)
+    read_only: bool = True
     # TILELOOP_AOT_CACHE: one Triton cache for the compile gate's ahead-of-time builds, shared by runs
     # (Triton keys each build by source, options and architecture); default: each run's own folder
     aot_cache: Path | None = None
@@ -82,7 +86,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         if not folder.is_absolute():
             raise UserError(f"TILELOOP_AOT_CACHE must be an absolute folder, got {env['TILELOOP_AOT_CACHE']!r}")
         kwargs["aot_cache"] = folder
-    for name, key in ((ZYGOTE_ENV, "zygote"), (PID_NAMESPACE_ENV, "pid_namespace")):
+    for name, key in ((ZYGOTE_ENV, "zygote"), (PID_NAMESPACE_ENV, "pid_namespace"), (READ_ONLY_ENV, "read_only")):
         if name in env:
             kwargs[key] = _bool(name, env[name])
     if env.get("TILELOOP_TEST_KILL_AT"):

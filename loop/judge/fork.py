@@ -39,7 +39,8 @@ refused.
 the judge), "stopped": "between requests", "pid_namespace": "own" | "unavailable: <why>",
 "siblings": "hidden" | "visible" (whether a kernel process can name another), "triton_cache":
 "own, others hidden" | "own" (each implementation compiles into a folder of its own, and cannot
-reach the others' where hidden), "spawn": "zygote" | "fresh exec"}. "uid" is "same": the kernel process runs as the judge's user; without a
+reach the others' where hidden), "filesystem": "read-only" | "writable" (whether a kernel process can
+write anything but its own cache folder and a private /tmp: `loop.common.namespaces.read_only_view`), "spawn": "zygote" | "fresh exec"}. "uid" is "same": the kernel process runs as the judge's user; without a
 PID namespace of its own it can still send the judge a signal (a measurement it kills or stops
 leaves no result, never a verdict); a separate uid would also need the judge's arena files, the
 run's Triton cache and CUDA IPC shared with it (not done: docs/architecture.md)."""
@@ -272,4 +273,4 @@ def full(isolation_: dict[str, str]) -> bool:
     return (isolation_.get("ptrace") == "blocked" and isolation_.get("descendants") == "reaped"
             and isolation_.get("exec") == "fresh" and isolation_.get("stopped") == "between requests"
             and isolation_.get("pid_namespace") == "own" and isolation_.get("siblings") == "hidden"
-            and isolation_.get("triton_cache") == "own, others hidden")
+            and isolation_.get("triton_cache") == "own, others hidden" and isolation_.get("filesystem") == "read-only")

@@ -39,8 +39,13 @@ def confined_command(cmd: list[str]) -> list[str]:
 
 
 def with_package_path(env: dict) -> dict:
-    """`env` with this tileloop first on PYTHONPATH, so that `python -m loop...` children import it."""
+    """`env` with this tileloop first on PYTHONPATH, so that `python -m loop...` children import it,
+    and PYTHONSAFEPATH set (Python 3.11+): no child puts its working folder (a run's iteration folder,
+    which kernel code outside a read-only view could have written) ahead of it on sys.path, where a
+    module planted there would be imported by a judge or a zygote in place of tileloop's or the
+    standard library's."""
     env["PYTHONPATH"] = str(SOURCE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 

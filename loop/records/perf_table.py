@@ -18,7 +18,7 @@ from loop.records.results import Record, fmt_ms, ref_of
 FIXED_COLUMNS = ["iteration", "optimization", "latency_ms", "correctness", "status"]
 # isolation values weaker than full (`loop.judge` reports them per shape; `tileloop doctor` explains them)
 WEAKER = (("ptrace", "open"), ("descendants", "open"), ("stopped", "no"), ("exec", "forked"), ("siblings", "visible"),
-          ("triton_cache", "own"))
+          ("triton_cache", "own"), ("filesystem", "writable"))
 EXTRA_COLUMNS = ["hypothesis", "decision", "speedup_vs_incumbent", "incumbent_ms", "cumulative_speedup", "commit", "ref"]
 HYPOTHESIS_CHARS, DECISION_CHARS = 60, 140
 

@@ -42,6 +42,7 @@ process checks after each stage (import, correctness, timing) that the target ha
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -134,6 +135,8 @@ class KernelSide:
         own = own_triton_cache(impl.get("label") or msg.get("reference") or "+".join(msg.get("torch_providers", [])),
                                Path(impl["path"]).read_bytes() if impl else b"")
         sys.path.insert(0, msg["target_dir"])
+        # cuTile's compiled kernels in the same folder of its own, never in one another implementation reads
+        os.environ["CUDA_TILE_CACHE_DIR"] = os.path.join(own, "cutile") if own else "off"
         if self.backend == "cutile":
             watch_cutile_compiles()
             keep_cutile_tunings(own)  # its cuTile searches kept in the same folder of its own ("": none kept)

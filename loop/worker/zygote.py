@@ -43,7 +43,7 @@ import traceback
 
 from loop.common.namespaces import (CAP_SYS_ADMIN, drop_all, drop_capabilities, ended_as, enter_own_namespace,
                                     hide_triton_caches, keep_only, mount_proc, nested_pid_namespace, new_pid_namespace,
-                                    outer_pid)
+                                    outer_pid, read_only_view)
 from loop.common.processes import become_subreaper, die_with_parent, drop_bounding_set, kill_process_group, set_dumpable
 
 
@@ -233,6 +233,9 @@ def kernel(request: dict, fds: list[int], host_proc: int | None, parent: int | N
         with open(part, "w") as pid_file:
             pid_file.write(f"{host_pid}\n")
         os.rename(part, request["pid_file"])
+    # in a mount namespace of its own: the machine read-only but its own cache and scratch, before the judge
+    # learns its pid (and may read its isolation)
+    view = read_only_view() if alive is not None else ""
     status = socket.socket(fileno=fds[3])
     status.sendmsg([b"pid"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS,
                                struct.pack("iII", os.getpid(), os.getuid(), os.getgid()))])
@@ -244,6 +247,8 @@ def kernel(request: dict, fds: list[int], host_proc: int | None, parent: int | N
     os.dup2(null, 0)
     os.close(null)
     os.chdir(request["workdir"])
+    if view:
+        print(f"tileloop: filesystem {view}", file=sys.stderr, flush=True)
     drop_capabilities()  # a fork keeps them (no exec clears them): none, as a kernel process exec'd has
     set_dumpable(True)  # as an exec'd kernel process is (CUDA and its tools read /proc/self)
     from loop.worker.serve import serve
