@@ -29,8 +29,9 @@ HANDED_ON = {
     "loop/worker/aot.py": "TRITON_INTERPRET removed before an ahead-of-time build in this worker",
     "loop/worker/tilelang_build.py": "TileLang's own cache folder and default target, set in a kernel process "
                                      "before TileLang is imported there",
-    "loop/common/namespaces.py": "TMPDIR set in a read-only kernel process to its private scratch tmpfs, for the "
-                                 "compilers it starts",
+    "loop/common/namespaces.py": "TMPDIR set in a read-only kernel process or confined worker to its private "
+                                 "scratch tmpfs, for the compilers it starts; the confined worker's cache folders "
+                                 "(Triton's, cuTile's, TileLang's), kept writable",
     "loop/worker/serve.py": "cuTile's cache folder set in a kernel process to its own, before cuTile is imported there",
     "loop/tools/doctor.py": "the isolation probe's child: the caller's environment, this tileloop importable",
     "loop/tools/campaign.py": "the L2 sizing's child (a spec's make_inputs): the caller's environment, this tileloop importable",

@@ -337,10 +337,18 @@ def test_a_worker_launched_confined_has_no_capabilities_and_where_allowed_a_name
 
 
 CHECK_SPEC = """
-import json, os
+import json, os, tempfile
 from pathlib import Path
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-Path(__file__).with_name("worker.json").write_text(json.dumps({k: status[k].strip() for k in ("NSpid", "NoNewPrivs", "CapEff")}))
+got = {k: status[k].strip() for k in ("NSpid", "NoNewPrivs", "CapEff")}
+try:  # beside the spec and the target: the repository, where the worker may not write
+    Path(__file__).with_name("planted.py").write_text("raise SystemExit('planted')")
+    got["beside the target"] = "written"
+except OSError as exc:
+    got["beside the target"] = exc.strerror
+with tempfile.NamedTemporaryFile(dir=None) as scratch:
+    got["scratch"] = scratch.name
+(Path.cwd() / "worker.json").write_text(json.dumps(got))  # its working folder, where its result goes
 """
 
 
@@ -357,10 +365,16 @@ def test_a_check_worker_runs_the_users_code_confined(tmp_path, env):
            "target_dir": str(tmp_path), "language": "triton", "backend": "interpreter", "device": "cpu",
            "spec_shown": "spec.py", "target_shown": "target.py", "run_kernels": False}
     run_worker(tmp_path / "work", job, backends.get("interpreter"), Settings(), tmp_path / "cache", name="check")
-    got = json.loads((tmp_path / "worker.json").read_text())
+    got = json.loads((tmp_path / "work" / "worker.json").read_text())
     assert got["NoNewPrivs"] == "1" and got["CapEff"] == "0000000000000000", got
     own = _run("from loop.common.namespaces import new_pid_namespace as n; print(n())").strip() == "own"
     assert (got["NSpid"].split()[-1] == "1") == own, got
+    log = (tmp_path / "work" / "check.log").read_text()
+    if own and "tileloop: filesystem read-only" in log:  # the machine read-only but its folder, caches and scratch
+        assert got["beside the target"] == "Read-only file system" and not (tmp_path / "planted.py").exists(), got
+        assert ".tileloop-scratch-" in got["scratch"] and not list((tmp_path / "work").glob(".tileloop-scratch-*")), got
+    else:
+        assert got["beside the target"] == "written", (got, log[-500:])
 
 
 @pytest.mark.gpu

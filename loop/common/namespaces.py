@@ -405,11 +405,15 @@ def exec_confined(argv: list[str]) -> int:
     compile gate, `check`), started confined as the judge's zygote is (`processes.confine_zygote`:
     its own session, SIGKILL when its parent dies, no new privileges). Where the system allows it,
     a PID and mount namespace of its own (`new_pid_namespace`): ARGV exec'd as their init (its /proc
-    mounted, every capability dropped), this process waiting and ending as it ended; elsewhere ARGV
-    replaces this process, every capability dropped."""
+    mounted, the machine read-only but its folder and caches: `writable_only`, every capability
+    dropped), this process waiting and ending as it ended; elsewhere ARGV replaces this process,
+    every capability dropped."""
     if new_pid_namespace() != "own":
         drop_all()
         os.execvp(argv[0], argv)
+    caches = worker_caches()
+    scratch = os.path.join(os.getcwd(), f".tileloop-scratch-{os.getpid()}")  # its temporary files' tmpfs goes here
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
     child = os.fork()
     if child == 0:
         code = 127
@@ -419,13 +423,71 @@ def exec_confined(argv: list[str]) -> int:
             if host_proc is None:
                 raise RuntimeError("the worker's namespace could not mount its /proc")
             os.close(host_proc)
+            print(f"tileloop: filesystem {writable_only([os.getcwd(), *caches], scratch)}", file=sys.stderr, flush=True)
             drop_all()
             os.execvp(argv[0], argv)
         except BaseException as exc:  # noqa: BLE001 - said on stderr (the worker's log), then this child ends
             print(f"tileloop: the confined worker could not start: {type(exc).__name__}: {exc}", file=sys.stderr)
         os._exit(code)
     drop_all()
-    return ended_as(child)
+    try:
+        return ended_as(child)
+    finally:
+        try:
+            os.rmdir(scratch)  # its tmpfs went with the worker's mount namespace
+        except OSError:
+            pass
+
+
+def worker_caches() -> list[str]:
+    """The cache folders a confined worker writes (Triton's, the run's ahead-of-time one; cuTile's,
+    made a folder of it where the environment names none, rather than the user's home; TileLang's
+    where named), each made if missing."""
+    triton_dir = os.environ.get("TRITON_CACHE_DIR", "")
+    if triton_dir:
+        os.environ.setdefault("CUDA_TILE_CACHE_DIR", os.path.join(triton_dir, "cutile"))
+    folders = []
+    for name in ("TRITON_CACHE_DIR", "CUDA_TILE_CACHE_DIR", "TILELANG_CACHE_DIR"):
+        folder = os.environ.get(name, "")
+        if folder and folder.strip().lower() not in ("0", "off", "none"):
+            try:
+                os.makedirs(folder, exist_ok=True)
+                folders.append(folder)
+            except OSError:
+                pass
+    return folders
+
+
+def writable_only(folders: list[str], scratch: str) -> str:
+    """In the init of a confined worker's namespaces, before it drops its capabilities: every mount
+    made read-only (recursively) but `folders` (its working folder, where its result goes, and its
+    caches: each bound onto itself first) and /dev/shm, and a private tmpfs on `scratch` (an empty
+    folder in the first of them) for its temporary files (TMPDIR). The worker imports the candidate
+    (the compile gate, `check`): it can no more plant code in tileloop's source or the repository
+    than a kernel process can. "read-only", or "writable: <why>" where nothing was made read-only."""
+    if not settings.load().read_only:
+        return f"writable: turned off ({settings.READ_ONLY_ENV}=0)"
+    libc = _libc()
+    # a mount namespace of its own, below the one it shares with its launcher: its view ends with it
+    why = _unshare(CLONE_NEWNS)
+    if why is not None or libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return f"writable: a mount namespace of its own: {why or os.strerror(ctypes.get_errno())}"
+    kept = []
+    for folder in dict.fromkeys(os.path.realpath(f) for f in folders if os.path.isdir(f)):
+        if libc.mount(folder.encode(), folder.encode(), None, MS_BIND, None) != 0:
+            return f"writable: a mount of {folder}: {os.strerror(ctypes.get_errno())}"
+        kept.append(folder)
+    why = _mount_setattr(AT_FDCWD, b"/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
+    if why is not None:
+        return f"writable: mount_setattr: {why}"
+    for folder in kept + ([SHARED_MEMORY] if os.path.isdir(SHARED_MEMORY) else []):
+        why = _mount_setattr(AT_FDCWD, folder.encode(), 0, clear=MOUNT_ATTR_RDONLY)
+        if why is not None:
+            raise RuntimeError(f"{folder} could not be made writable again: {why}")
+    if libc.mount(SCRATCH_MOUNT.encode(), scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700") != 0:
+        raise RuntimeError(f"a private tmpfs for temporary files: {os.strerror(ctypes.get_errno())}")
+    os.environ["TMPDIR"] = scratch
+    return "read-only"
 
 
 def ended_as(pid: int) -> int:
