@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 from loop.common import settings
-from loop.common.processes import CACHE_MOUNT, SCRATCH_MOUNT, die_with_parent, drop_bounding_set, status_of
+from loop.common.processes import (CACHE_MOUNT, SCRATCH_MOUNT, die_with_parent, drop_bounding_set, dumpable,
+                                   set_dumpable, status_of)
 
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
@@ -111,12 +112,19 @@ def _enter(with_user: bool) -> str | None:
     why = _unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS)
     if why is not None:
         return f"unshare(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS): {why}"
+    # a process that is not dumpable (the zygote, guarded before this) has its /proc/self files owned by
+    # root: as another user it could not write its own maps; dumpable for the three writes (no kernel code
+    # exists yet in this process), then as it was
+    was = dumpable()
+    set_dumpable(True)
     try:
         Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1\n")
         Path("/proc/self/setgroups").write_text("deny\n")
         Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1\n")
     except OSError as exc:
         return f"the user namespace's uid/gid map: {exc}"
+    finally:
+        set_dumpable(was)
     return None
 
 

@@ -122,7 +122,7 @@ def _command_line(pid: int) -> str:
 
 # -- confinement of kernel processes (Linux; elsewhere each part is reported as not in force) --------
 
-PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 24, 36, 38
+PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 3, 4, 24, 36, 38
 SCRATCH_MOUNT = "tileloop-scratch"  # the source of each private tmpfs a read-only kernel process writes its temporary files to
 CACHE_MOUNT = "tileloop-triton-cache"  # the source of the tmpfs hiding the Triton cache root in a kernel process's mount namespace
 CAP_KILL, CAP_SYS_PTRACE = 5, 19
@@ -142,6 +142,16 @@ def set_dumpable(on: bool) -> bool:
     """Not dumpable: no process of the same user attaches to this one, reads or writes its memory
     (/proc/<pid>/mem, process_vm_*) unless it holds CAP_SYS_PTRACE."""
     return _prctl(PR_SET_DUMPABLE, int(on))
+
+
+def dumpable() -> bool:
+    """Whether this process is dumpable (PR_GET_DUMPABLE)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1
+    except (OSError, AttributeError):
+        return True
 
 
 def become_subreaper() -> bool:
