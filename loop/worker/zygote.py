@@ -233,9 +233,12 @@ def kernel(request: dict, fds: list[int], host_proc: int | None, parent: int | N
         with open(part, "w") as pid_file:
             pid_file.write(f"{host_pid}\n")
         os.rename(part, request["pid_file"])
-    # in a mount namespace of its own: the machine read-only but its own cache and scratch, before the judge
-    # learns its pid (and may read its isolation)
+    # in a mount namespace of its own: the machine read-only but its own cache and scratch; then confined as
+    # it runs, all before the judge learns its pid and may read its isolation (a judge that is not root reads
+    # /proc/<pid>/ns and mountinfo only of a process that is dumpable)
     view = read_only_view() if alive is not None else ""
+    drop_capabilities()  # a fork keeps them (no exec clears them): none, as a kernel process exec'd has
+    set_dumpable(True)  # as an exec'd kernel process is (CUDA and its tools read /proc/self)
     status = socket.socket(fileno=fds[3])
     status.sendmsg([b"pid"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS,
                                struct.pack("iII", os.getpid(), os.getuid(), os.getgid()))])
@@ -249,8 +252,6 @@ def kernel(request: dict, fds: list[int], host_proc: int | None, parent: int | N
     os.chdir(request["workdir"])
     if view:
         print(f"tileloop: filesystem {view}", file=sys.stderr, flush=True)
-    drop_capabilities()  # a fork keeps them (no exec clears them): none, as a kernel process exec'd has
-    set_dumpable(True)  # as an exec'd kernel process is (CUDA and its tools read /proc/self)
     from loop.worker.serve import serve
 
     return serve(f"{fds[0]},{fds[1]}", request.get("warm"))
