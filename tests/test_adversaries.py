@@ -7,7 +7,9 @@ kernel process can write; in a PID namespace of its own a kernel process cannot 
 (forge_result's kill of its parent: where it can, expected.json's "shared_pid_namespace"). On the CPU
 (Triton interpreter) here; on a GPU with `-m gpu`. An expectation's "says" is a phrase its decision's
 reason must hold (the check that refused it). TILELOOP_TEST_ADVERSARIES=name,name steps only those
-(the honest change after them is still stepped)."""
+(the honest change after them is still stepped). An expectation with "writable" is stepped with
+TILELOOP_READ_ONLY=0: it writes files (a forged result, the spec, git's hooks, the records), which a
+read-only view refuses at its import; without one, what it tests is what guards the run behind it."""
 
 from __future__ import annotations
 
@@ -67,7 +69,10 @@ def step_each(repo: Path, capsys, names: list[str]) -> dict[str, dict]:
     outs = {}
     for name in names:
         shutil.copy(ADVERSARIES / f"{name}.py", repo / TARGET)
-        assert main(["step", "-m", f"adversary: {name}", "--json"]) == 0, name
+        with pytest.MonkeyPatch.context() as patch:
+            if EXPECTED[name].get("writable"):  # what guards the run where kernel code can write files: no read-only view
+                patch.setenv("TILELOOP_READ_ONLY", "0")
+            assert main(["step", "-m", f"adversary: {name}", "--json"]) == 0, name
         outs[name] = json.loads(capsys.readouterr().out)
         if EXPECTED[name]["status"] == "any" and outs[name]["status"] == "keep":
             # the incumbent's own code (its sabotage cannot reach the incumbent): an A/A that noise may keep,

@@ -32,7 +32,8 @@ HANDED_ON = {
     "loop/common/namespaces.py": "TMPDIR set in a read-only kernel process or confined worker to its private "
                                  "scratch tmpfs, for the compilers it starts; the confined worker's cache folders "
                                  "(Triton's, cuTile's, TileLang's), kept writable",
-    "loop/worker/serve.py": "cuTile's cache folder set in a kernel process to its own, before cuTile is imported there",
+    "loop/worker/serve.py": "cuTile's and torch inductor's cache folders set in a kernel process to its own, before "
+                            "either is imported there",
     "loop/tools/doctor.py": "the isolation probe's child: the caller's environment, this tileloop importable",
     "loop/tools/campaign.py": "the L2 sizing's child (a spec's make_inputs): the caller's environment, this tileloop importable",
 }

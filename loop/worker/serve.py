@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -135,8 +136,10 @@ class KernelSide:
         own = own_triton_cache(impl.get("label") or msg.get("reference") or "+".join(msg.get("torch_providers", [])),
                                Path(impl["path"]).read_bytes() if impl else b"")
         sys.path.insert(0, msg["target_dir"])
-        # cuTile's compiled kernels in the same folder of its own, never in one another implementation reads
+        # cuTile's compiled kernels, and torch.compile's (inductor's caches: a provider's), in the same folder of
+        # its own, never in one another implementation reads (nor one a read-only view refuses)
         os.environ["CUDA_TILE_CACHE_DIR"] = os.path.join(own, "cutile") if own else "off"
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(own or tempfile.gettempdir(), "inductor")
         if self.backend == "cutile":
             watch_cutile_compiles()
             keep_cutile_tunings(own)  # its cuTile searches kept in the same folder of its own ("": none kept)
