@@ -310,24 +310,33 @@ def read_only_view() -> str:
     fd, root = _HELD.get("fd"), _HELD.get("root")
     if not isinstance(fd, int) or not isinstance(root, str) or not _HELD.get("bound"):
         return "writable: no cache folder of its own to keep writable (the Triton cache root is not hidden)"
-    why = _mount_setattr(AT_FDCWD, b"/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
-    if why is not None:
-        return f"writable: mount_setattr: {why}"
-    why = (_mount_setattr(fd, b"", AT_EMPTY_PATH, clear=MOUNT_ATTR_RDONLY)
-           or _mount_setattr(AT_FDCWD, root.encode(), 0, clear=MOUNT_ATTR_RDONLY)
-           or (_mount_setattr(AT_FDCWD, SHARED_MEMORY.encode(), 0, clear=MOUNT_ATTR_RDONLY)
-               if os.path.isdir(SHARED_MEMORY) else None))
-    if why is not None:
-        raise RuntimeError(f"the kernel process's own cache folder could not be made writable again: {why}")
+    scratch = os.path.join(root, "scratch")  # in the tmpfs over the cache root, which stays writable
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    why = _read_only_but([(fd, b"", AT_EMPTY_PATH), (AT_FDCWD, root.encode(), 0)], scratch)
+    return "read-only" if why is None else f"writable: {why}"
+
+
+def _read_only_but(keep: list[tuple[int, bytes, int]], scratch: str) -> str | None:
+    """Every mount this process sees made read-only (recursively), then the mounts of `keep` (dirfd,
+    path, flags, as mount_setattr(2) names a mount) and /dev/shm writable again, and a private tmpfs
+    on `scratch` (an empty folder in one of them) made this process's and its children's temporary
+    folder (TMPDIR, Python's `tempfile`). None, or why nothing was made read-only; raises where what
+    was made read-only could not be made writable again."""
     import tempfile
 
-    libc = _libc()
-    scratch = os.path.join(root, "scratch")  # in the tmpfs over the cache root, writable again above
-    os.makedirs(scratch, mode=0o700, exist_ok=True)
-    if libc.mount(SCRATCH_MOUNT.encode(), scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700") != 0:
+    why = _mount_setattr(AT_FDCWD, b"/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
+    if why is not None:
+        return f"mount_setattr: {why}"
+    if os.path.isdir(SHARED_MEMORY):
+        keep = [*keep, (AT_FDCWD, SHARED_MEMORY.encode(), 0)]
+    for dirfd, path, flags in keep:
+        why = _mount_setattr(dirfd, path, flags, clear=MOUNT_ATTR_RDONLY)
+        if why is not None:
+            raise RuntimeError(f"{path.decode() or 'its own cache folder'} could not be made writable again: {why}")
+    if _libc().mount(SCRATCH_MOUNT.encode(), scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700") != 0:
         raise RuntimeError(f"a private tmpfs for temporary files: {os.strerror(ctypes.get_errno())}")
-    os.environ["TMPDIR"] = tempfile.tempdir = scratch  # for this process and the compilers it starts
-    return "read-only"
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch
+    return None
 
 
 def cache_name(label: str, source: bytes) -> str:
@@ -484,18 +493,9 @@ def writable_only(folders: list[str], scratch: str) -> str:
     for folder in dict.fromkeys(os.path.realpath(f) for f in folders if os.path.isdir(f)):
         if libc.mount(folder.encode(), folder.encode(), None, MS_BIND, None) != 0:
             return f"writable: a mount of {folder}: {os.strerror(ctypes.get_errno())}"
-        kept.append(folder)
-    why = _mount_setattr(AT_FDCWD, b"/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
-    if why is not None:
-        return f"writable: mount_setattr: {why}"
-    for folder in kept + ([SHARED_MEMORY] if os.path.isdir(SHARED_MEMORY) else []):
-        why = _mount_setattr(AT_FDCWD, folder.encode(), 0, clear=MOUNT_ATTR_RDONLY)
-        if why is not None:
-            raise RuntimeError(f"{folder} could not be made writable again: {why}")
-    if libc.mount(SCRATCH_MOUNT.encode(), scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700") != 0:
-        raise RuntimeError(f"a private tmpfs for temporary files: {os.strerror(ctypes.get_errno())}")
-    os.environ["TMPDIR"] = scratch
-    return "read-only"
+        kept.append((AT_FDCWD, folder.encode(), 0))
+    why = _read_only_but(kept, scratch)
+    return "read-only" if why is None else f"writable: {why}"
 
 
 def ended_as(pid: int) -> int:

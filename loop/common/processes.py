@@ -367,27 +367,30 @@ def siblings_hidden(pids: list[int]) -> bool:
 def cache_hidden(pid: int) -> bool:
     """Whether the tmpfs that hides the Triton cache root (`loop.common.namespaces.hide_triton_caches`)
     is mounted in `pid`'s mount namespace (its mountinfo)."""
+    return any(source == f"tmpfs {CACHE_MOUNT}" for _, _, source in mounts(pid))
+
+
+def mounts(pid: int) -> list[tuple[str, str, str]]:
+    """The mounts `pid` sees, in the order of its mountinfo: (mount point, mount options, "fstype
+    source"); [] where it cannot be read."""
     try:
         lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
     except OSError:
-        return False
-    return any(f" - tmpfs {CACHE_MOUNT} " in line for line in lines)
+        return []
+    out = []
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts, kind = fields.split(), rest.split()
+        if len(parts) >= 6 and len(kind) >= 2:
+            out.append((parts[4], parts[5], f"{kind[0]} {kind[1]}"))
+    return out
 
 
 def read_only(pid: int) -> bool:
     """Whether `pid` sees the machine read-only (`loop.common.namespaces.read_only_view`): its root
     mount read-only and a private tmpfs for its temporary files (its mountinfo; the last mount at a
     point is the one it sees)."""
-    try:
-        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-    except OSError:
-        return False
-    seen: dict[str, tuple[str, str]] = {}
-    for line in lines:
-        fields, _, rest = line.partition(" - ")
-        parts, kind = fields.split(), rest.split()
-        if len(parts) >= 6 and len(kind) >= 2:
-            seen[parts[4]] = (parts[5], f"{kind[0]} {kind[1]}")
+    seen = {point: (options, source) for point, options, source in mounts(pid)}
     root = seen.get("/")
     scratch = [options for options, source in seen.values() if source == f"tmpfs {SCRATCH_MOUNT}"]
     return root is not None and "ro" in root[0].split(",") and any("rw" in o.split(",") for o in scratch)

@@ -43,23 +43,26 @@ def profile_best(run_root: Path, target: str, entry: dict, env: dict, popen, don
     started = time.monotonic()
     proc = popen(cmd, cwd=run_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        got = _printed(*proc.communicate(timeout=timeout_s), proc.returncode)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return {"status": "timeout", "error": f"tileloop profile ran past {timeout_s:.0f} s", "command": cmd,
-                "wall_s": round(time.monotonic() - started, 1)}
+        got = {"status": "timeout", "error": f"tileloop profile ran past {timeout_s:.0f} s"}
     finally:
         done(proc)
+    return {**got, "command": cmd, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def _printed(out: str, err: str, returncode: int | None) -> dict:
+    """What the entry keeps of what `tileloop profile --json` printed (`kept`), or why it printed no payload."""
     try:
         payload = json.loads(out) if out.strip() else None
     except ValueError:
         payload = None
-    if not isinstance(payload, dict):
-        tail = (err or out or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}, no output"]
-        return {"status": "error", "error": f"tileloop profile: {tail[0][:300]}", "command": cmd,
-                "wall_s": round(time.monotonic() - started, 1)}
-    return {**kept(payload), "command": cmd, "wall_s": round(time.monotonic() - started, 1)}
+    if isinstance(payload, dict):
+        return kept(payload)
+    tail = (err or out or "").strip().splitlines()[-1:] or [f"exit {returncode}, no output"]
+    return {"status": "error", "error": f"tileloop profile: {tail[0][:300]}"}
 
 
 def kept(payload: dict) -> dict:
